@@ -1,0 +1,1 @@
+"""pytest hooks of pytest-e2b-env (being built)."""
