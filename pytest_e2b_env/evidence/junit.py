@@ -1,0 +1,112 @@
+"""junit.xml for the bundle, built with the ``junit-xml`` package, one testcase per catalog case.
+
+Two pitfalls of junit-xml 1.9 are handled here: a failure or error without a message is
+silently written as a pass (so every one gets a non-empty message), and control characters
+are silently deleted (so they are made visible first). The result is parsed back and its
+counts checked against the cases before it is accepted.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from junit_xml import TestCase, TestSuite, to_xml_report_string
+
+SUITE_NAME = "pytest-e2b-env"
+# XML 1.0 cannot carry these; junit-xml would drop them without a trace.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def visible(text: str) -> str:
+    """Replace characters XML 1.0 cannot hold with a visible ``\\xNN`` escape."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
+
+
+def _failure_message(case: Mapping[str, Any]) -> str:
+    failed = [str(c.get("id")) for c in case.get("criteria") or [] if not c.get("passed")]
+    parts = [str(case.get("reason") or "").strip()]
+    if failed:
+        parts.append("failed criteria: " + ", ".join(failed))
+    message = "; ".join(p for p in parts if p)
+    return visible(message or f"case {case.get('id')} {case.get('status')} without a recorded reason")
+
+
+def _details(case: Mapping[str, Any]) -> str:
+    lines = []
+    for criterion in case.get("criteria") or []:
+        mark = "PASS" if criterion.get("passed") else "FAIL"
+        lines.append(
+            f"[{mark}] {criterion.get('id')}: {criterion.get('description')}"
+            f" expected={criterion.get('expected')!r} actual={criterion.get('actual')!r}"
+        )
+    for exc in case.get("exceptions") or []:
+        lines.append(f"raised {exc.get('type')}: {exc.get('message')}")
+    return visible("\n".join(lines))
+
+
+def build_junit(cases: Sequence[Mapping[str, Any]], properties: Mapping[str, Any], timestamp: str) -> str:
+    """Return junit.xml text: passed/failed/error/skipped/missing cases as testcases with messages.
+
+    ``cases`` are coverage entries merged with their records (``id``, ``subject``, ``family``,
+    ``status``, ``reason``, ``criteria``, ``exceptions``, ``seconds``); all text must already be
+    redacted. A ``missing`` case is written as an error so CI cannot read it as a pass.
+    """
+    test_cases = []
+    for case in cases:
+        status = case.get("status")
+        seconds = case.get("seconds")
+        test_case = TestCase(
+            name=visible(str(case.get("id"))),
+            classname=visible(
+                f"{SUITE_NAME}.{case.get('subject') or 'unknown'}.{case.get('family') or 'unknown'}"
+            ),
+            elapsed_sec=float(seconds) if isinstance(seconds, int | float) else None,
+        )
+        if status == "failed":
+            test_case.add_failure_info(
+                message=_failure_message(case), output=_details(case), failure_type="failed"
+            )
+        elif status in ("error", "missing"):
+            exc_types = [str(e.get("type")) for e in case.get("exceptions") or [] if e.get("type")]
+            kind = "missing" if status == "missing" else (exc_types[0] if exc_types else "error")
+            test_case.add_error_info(message=_failure_message(case), output=_details(case), error_type=kind)
+        elif status == "skipped":
+            test_case.add_skipped_info(message=visible(str(case.get("reason") or "skipped without a reason")))
+        test_cases.append(test_case)
+    suite = TestSuite(
+        SUITE_NAME,
+        test_cases,
+        timestamp=timestamp,
+        properties={str(k): visible(str(v)) for k, v in properties.items()},
+    )
+    text = to_xml_report_string([suite], prettyprint=True, encoding="utf-8")
+    _check_counts(text, cases)
+    return text
+
+
+def _check_counts(text: str, cases: Sequence[Mapping[str, Any]]) -> None:
+    """Raise if the XML lost a case or turned a failure into a pass (the library's known hazards)."""
+    counts = junit_counts(text)
+    want = {
+        "tests": len(cases),
+        "failures": sum(1 for c in cases if c.get("status") == "failed"),
+        "errors": sum(1 for c in cases if c.get("status") in ("error", "missing")),
+        "skipped": sum(1 for c in cases if c.get("status") == "skipped"),
+    }
+    if counts != want:
+        raise RuntimeError(f"junit.xml counts {counts} differ from the cases {want}")
+
+
+def junit_counts(text: str) -> dict[str, int]:
+    """Count testcases and their failure/error/skipped children in junit.xml text."""
+    root = ET.fromstring(text.encode("utf-8"))
+    testcases = list(root.iter("testcase"))
+    return {
+        "tests": len(testcases),
+        "failures": sum(1 for t in testcases if t.find("failure") is not None),
+        "errors": sum(1 for t in testcases if t.find("error") is not None),
+        "skipped": sum(1 for t in testcases if t.find("skipped") is not None),
+    }

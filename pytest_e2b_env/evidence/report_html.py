@@ -1,0 +1,275 @@
+"""index.html: the bundle's human summary, one self-contained page (inline CSS and SVG, no script).
+
+A reviewer sees the verdict first, then pass/fail per family with timings, the reward
+distributions, every case's expectation beside its observation, and cleanup status. All
+inputs are already redacted; everything is escaped here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from html import escape
+from typing import Any
+
+STATUS_ORDER = ("passed", "failed", "error", "missing", "skipped")
+_COLOURS = {
+    "passed": "#1a7f37",
+    "failed": "#cf222e",
+    "error": "#9a3412",
+    "missing": "#8250df",
+    "skipped": "#6e7781",
+}
+# Long expectations/observations are cut on the page; the full text is in report.json.
+_MAX_JSON = 4000
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#1f2328;background:#fff}
+h1{font-size:22px;margin:0 0 6px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #d0d7de}
+h3{font-size:15px;margin:18px 0 6px}
+table{border-collapse:collapse;margin:6px 0 12px;width:100%}
+th,td{border:1px solid #d0d7de;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.badge{display:inline-block;padding:1px 8px;border-radius:10px;color:#fff;font-weight:600;font-size:12px}
+.verdict{font-size:18px;padding:6px 14px;border-radius:6px;color:#fff;display:inline-block;margin:8px 0}
+pre{margin:0;white-space:pre-wrap;word-break:break-word;max-height:220px;overflow:auto;
+background:#f6f8fa;padding:4px 6px;font:12px/1.35 ui-monospace,monospace}
+.meta td:first-child{width:180px;color:#57606a}.muted{color:#57606a}
+.problems li{color:#cf222e}.plots{display:flex;gap:24px;flex-wrap:wrap}
+ul.crit{margin:4px 0;padding-left:18px}ul.crit li.fail{color:#cf222e}
+"""
+
+
+def render_index(
+    manifest: Mapping[str, Any],
+    coverage: Mapping[str, Any],
+    cases: Sequence[Mapping[str, Any]],
+    cleanup: Mapping[str, Any],
+    problems: Sequence[str] = (),
+) -> str:
+    """Return the whole index.html for a bundle (inputs must already be redacted)."""
+    run_id = str(manifest.get("run_id", ""))
+    body = [
+        _header(manifest, coverage, problems),
+        _families(coverage),
+        _rewards(cases),
+        _cases(coverage, cases),
+        _cleanup(cleanup),
+    ]
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width,initial-scale=1'>"
+        # No network: forbid every fetch so the page is provably self-contained.
+        "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'; "
+        'img-src data:">'
+        f"<title>pytest-e2b-env evidence {escape(run_id)}</title><style>{_CSS}</style></head>\n<body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )
+
+
+def _badge(status: str) -> str:
+    colour = _COLOURS.get(status, "#57606a")
+    return f"<span class='badge status-{escape(status)}' style='background:{colour}'>{escape(status)}</span>"
+
+
+def _header(manifest: Mapping[str, Any], coverage: Mapping[str, Any], problems: Sequence[str]) -> str:
+    counts = coverage.get("counts", {})
+    if not coverage.get("complete") or problems:
+        verdict, colour = "INCOMPLETE", _COLOURS["missing"]
+    elif coverage.get("passed"):
+        verdict, colour = "PASSED", _COLOURS["passed"]
+    else:
+        verdict, colour = "FAILED", _COLOURS["failed"]
+    git = manifest.get("git") or {}
+    packages = manifest.get("packages") or {}
+    platform = manifest.get("platform") or {}
+    target = manifest.get("live_endpoint") or manifest.get("isolation") or "n/a"
+    rows = [
+        ("mode", manifest.get("mode", "n/a")),
+        ("target", target),
+        ("started / finished (UTC)", f"{manifest.get('started_at')}  /  {manifest.get('finished_at')}"),
+        ("git", f"{git.get('head') or 'no commit'}" + (" (dirty)" if git.get("dirty") else "")),
+        ("catalog hash", manifest.get("catalog_hash", "n/a")),
+        ("python / platform", f"{platform.get('python')} on {platform.get('platform')}"),
+        ("packages", ", ".join(f"{k} {v}" for k, v in packages.items() if v)),
+    ]
+    totals = ", ".join(f"{counts.get(s, 0)} {s}" for s in STATUS_ORDER)
+    out = [
+        f"<h1>Evidence for run <code>{escape(str(manifest.get('run_id')))}</code></h1>",
+        f"<div class='verdict' id='verdict' style='background:{colour}'>{verdict}</div>",
+        f"<p id='totals'>{escape(totals)}</p>",
+        "<table class='meta'>"
+        + "".join(f"<tr><td>{escape(k)}</td><td>{escape(str(v))}</td></tr>" for k, v in rows)
+        + "</table>",
+    ]
+    if problems:
+        items = "".join(f"<li>{escape(p)}</li>" for p in problems)
+        out.append(f"<h2>Problems with this run</h2><ul class='problems' id='problems'>{items}</ul>")
+    return "\n".join(out)
+
+
+def _families(coverage: Mapping[str, Any]) -> str:
+    families: Mapping[str, Mapping[str, Any]] = coverage.get("families", {})
+    slowest = max([float(f.get("seconds") or 0.0) for f in families.values()] + [1e-9])
+    rows = []
+    for name, fam in families.items():
+        bad = sum(int(fam.get(s, 0)) for s in ("failed", "error", "missing"))
+        seconds = float(fam.get("seconds") or 0.0)
+        width = max(1, round(120 * seconds / slowest)) if seconds else 0
+        bar = f"<svg width='124' height='10'><rect width='{width}' height='10' fill='#0969da'/></svg>"
+        cells = "".join(f"<td class='num'>{int(fam.get(s, 0))}</td>" for s in STATUS_ORDER)
+        rows.append(
+            f"<tr data-family='{escape(name)}'><td>{escape(name)}</td>"
+            f"<td>{_badge('failed' if bad else 'passed')}</td>{cells}"
+            f"<td class='num'>{seconds:.2f}</td><td>{bar}</td></tr>"
+        )
+    head = "".join(f"<th>{s}</th>" for s in STATUS_ORDER)
+    return (
+        "<h2>Families</h2><table id='families'><tr><th>family</th><th>result</th>"
+        f"{head}<th>seconds</th><th>time</th></tr>{''.join(rows)}</table>"
+    )
+
+
+def _reward_values(cases: Iterable[Mapping[str, Any]]) -> dict[str, tuple[list[float], int]]:
+    """Per subject: the numeric rewards in [0, 1] and how many rewards were anything else."""
+    out: dict[str, tuple[list[float], int]] = {}
+    for case in cases:
+        rewards = case.get("rewards")
+        if not isinstance(rewards, list):
+            continue
+        values, odd = out.get(str(case.get("subject")), ([], 0))
+        for r in rewards:
+            if isinstance(r, int | float) and not isinstance(r, bool) and math.isfinite(r) and 0 <= r <= 1:
+                values.append(float(r))
+            else:
+                odd += 1
+        out[str(case.get("subject"))] = (values, odd)
+    return out
+
+
+def histogram_svg(values: Sequence[float], title: str, bins: int = 10) -> str:
+    """An inline SVG histogram of rewards in [0, 1] (the last bin includes 1.0)."""
+    counts = [0] * bins
+    for v in values:
+        counts[min(int(v * bins), bins - 1)] += 1
+    width, height, left, bottom = 360, 170, 34, 24
+    plot_w, plot_h = width - left - 8, height - bottom - 22
+    top = max([*counts, 1])
+    bar_w = plot_w / bins
+    base = height - bottom
+    parts = [
+        f"<svg width='{width}' height='{height}' role='img' class='histogram' aria-label='{escape(title)}'>",
+        f"<text x='{left}' y='14' font-size='13' font-weight='600'>{escape(title)}</text>",
+        f"<line x1='{left}' y1='{base}' x2='{width - 8}' y2='{base}' stroke='#57606a'/>",
+        f"<line x1='{left}' y1='22' x2='{left}' y2='{height - bottom}' stroke='#57606a'/>",
+        f"<text x='{left - 4}' y='30' font-size='11' text-anchor='end'>{top}</text>",
+        f"<text x='{left - 4}' y='{height - bottom}' font-size='11' text-anchor='end'>0</text>",
+    ]
+    for i, count in enumerate(counts):
+        h = plot_h * count / top
+        x = left + i * bar_w + 1
+        y = height - bottom - h
+        lo, hi = i / bins, (i + 1) / bins
+        parts.append(
+            f"<rect x='{x:.1f}' y='{y:.1f}' width='{bar_w - 2:.1f}' height='{h:.1f}' fill='#0969da'>"
+            f"<title>{lo:.1f}-{hi:.1f}: {count}</title></rect>"
+        )
+    for label in (0.0, 0.5, 1.0):
+        x = left + label * plot_w
+        parts.append(
+            f"<text x='{x:.1f}' y='{height - 8}' font-size='11' text-anchor='middle'>{label:g}</text>"
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _rewards(cases: Sequence[Mapping[str, Any]]) -> str:
+    per_subject = _reward_values(cases)
+    if not per_subject:
+        return "<h2>Reward distributions</h2><p class='muted'>No case recorded rewards.</p>"
+    plots = []
+    for subject, (values, odd) in sorted(per_subject.items()):
+        note = f"{len(values)} rewards" + (f"; {odd} outside [0, 1] or not a number" if odd else "")
+        plots.append(
+            f"<figure>{histogram_svg(values, f'{subject} rewards')}<figcaption>{escape(note)}</figcaption>"
+            "</figure>"
+        )
+    return f"<h2>Reward distributions</h2><div class='plots' id='rewards'>{''.join(plots)}</div>"
+
+
+def _json_block(value: Any) -> str:
+    text = json.dumps(value, indent=1, sort_keys=True, ensure_ascii=False, default=str)
+    if len(text) > _MAX_JSON:
+        text = text[:_MAX_JSON] + f"\n... ({len(text) - _MAX_JSON} more characters in report.json)"
+    return f"<pre>{escape(text)}</pre>"
+
+
+def _criteria(case: Mapping[str, Any]) -> str:
+    items = []
+    for c in case.get("criteria") or []:
+        cls = "pass" if c.get("passed") else "fail"
+        mark = "&#10003;" if c.get("passed") else "&#10007;"
+        detail = f" (expected {c.get('expected')!r}, got {c.get('actual')!r})" if not c.get("passed") else ""
+        items.append(f"<li class='{cls}'>{mark} {escape(str(c.get('id')))}{escape(detail)}</li>")
+    for e in case.get("exceptions") or []:
+        items.append(
+            f"<li class='fail'>raised {escape(str(e.get('type')))}: {escape(str(e.get('message')))}</li>"
+        )
+    return f"<ul class='crit'>{''.join(items)}</ul>" if items else ""
+
+
+def _cases(coverage: Mapping[str, Any], cases: Sequence[Mapping[str, Any]]) -> str:
+    by_id: dict[str, Mapping[str, Any]] = {}
+    for case in cases:
+        by_id.setdefault(str(case.get("id")), case)
+    by_family: dict[str, list[Mapping[str, Any]]] = {}
+    for entry in coverage.get("cases", []):
+        by_family.setdefault(str(entry.get("family")), []).append(entry)
+    out = ["<h2>Cases: expectation vs observation</h2>"]
+    for family, entries in sorted(by_family.items()):
+        rows = []
+        for entry in entries:
+            case = by_id.get(str(entry.get("id")), {})
+            seconds = entry.get("seconds")
+            reason = entry.get("reason") or ""
+            rows.append(
+                f"<tr class='case' data-case='{escape(str(entry.get('id')))}' data-status='"
+                f"{escape(str(entry.get('status')))}'><td><code>{escape(str(entry.get('id')))}</code><br>"
+                f"<span class='muted'>{escape(str(case.get('description') or ''))}</span></td>"
+                f"<td>{escape(str(entry.get('subject')))}</td><td>{_badge(str(entry.get('status')))}"
+                f"<div>{escape(str(reason))}</div>{_criteria(case)}</td>"
+                f"<td class='num'>{'' if seconds is None else f'{float(seconds):.2f}'}</td>"
+                f"<td>{_json_block(case.get('expected', {}))}</td>"
+                f"<td>{_json_block(case.get('observed', {}))}</td></tr>"
+            )
+        out.append(
+            f"<h3>{escape(family)}</h3><table class='cases'><tr><th>case</th><th>subject</th><th>verdict</th>"
+            f"<th>seconds</th><th>expected</th><th>observed</th></tr>{''.join(rows)}</table>"
+        )
+    return "\n".join(out)
+
+
+def _cleanup(cleanup: Mapping[str, Any]) -> str:
+    summary = cleanup.get("summary", {})
+    unresolved = summary.get("unresolved") or []
+    status = "passed" if not unresolved else "failed"
+    text = (
+        f"{summary.get('sandboxes', 0)} sandboxes created, "
+        f"{summary.get('confirmed_absent', 0)} confirmed gone, "
+        f"{summary.get('errors', 0)} errors, {len(unresolved)} unresolved"
+    )
+    rows = "".join(
+        f"<tr><td><code>{escape(str(r.get('sandbox_id')))}</code></td><td>{escape(str(r.get('role')))}</td>"
+        f"<td>{escape(str(r.get('created_at')))}</td>"
+        f"<td>{escape(str(r.get('confirmed_absent_at') or ''))}</td>"
+        f"<td>{_badge('passed' if r.get('status') == 'confirmed_absent' else 'failed')} "
+        f"{escape(str(r.get('error') or ''))}</td></tr>"
+        for r in cleanup.get("records", [])
+    )
+    return (
+        f"<h2>Cleanup</h2><p id='cleanup-summary'>{_badge(status)} {escape(text)}</p>"
+        "<table id='cleanup'><tr><th>sandbox</th><th>role</th><th>created</th><th>confirmed absent</th>"
+        f"<th>status</th></tr>{rows}</table>"
+    )

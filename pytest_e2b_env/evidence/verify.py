@@ -1,0 +1,269 @@
+"""verify_bundle and ``pytest-e2b-env verify-evidence DIR``: recheck a bundle from its files alone.
+
+Checks, each finding reported as one problem line: SHA256SUMS against every file; the inventory
+(every file of the layout present, parseable and consistent with the others: coverage, cases.jsonl,
+per-case reports and trajectories, junit.xml); the expected cases (none missing); a self-contained
+index.html; and secrets, both values from the environment or the caller and secret-shaped strings,
+in every file and file name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import xml.etree.ElementTree as ET
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pytest_e2b_env.evidence.checksums import SUMS_NAME, bundle_files, check_sums
+from pytest_e2b_env.evidence.redaction import Redactor
+
+REQUIRED_FILES = (
+    "run-manifest.json",
+    "coverage.json",
+    "cases.jsonl",
+    "cleanup.json",
+    "junit.xml",
+    "index.html",
+    SUMS_NAME,
+)
+REQUIRED_DIRS = ("cases", "trajectories", "logs")
+MANIFEST_KEYS = ("run_id", "started_at", "finished_at", "argv", "git", "platform", "packages", "complete")
+STATUSES = ("passed", "failed", "skipped", "error", "missing")
+# Anything that would make a browser fetch from elsewhere: the page must stand alone.
+_EXTERNAL = re.compile(
+    r"(?i)(?:\b(?:src|href|action|poster|data)\s*=\s*[\"']?\s*(?:https?:|//|ftp:)|url\(\s*[\"']?\s*(?:https?:|//)"
+    r"|@import|<script\b|<link\b|<iframe\b)"
+)
+
+
+def _load_json(root: Path, rel: str, problems: list[str]) -> Any:
+    path = root / rel
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        problems.append(f"{rel} is not valid JSON: {exc}")
+        return None
+
+
+def _load_jsonl(root: Path, rel: str, problems: list[str]) -> list[Any]:
+    path = root / rel
+    if not path.is_file():
+        return []
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        try:
+            rows.append(json.loads(line))
+        except ValueError as exc:
+            problems.append(f"{rel} line {number} is not valid JSON: {exc}")
+    return rows
+
+
+def _check_manifest(root: Path, manifest: Any, problems: list[str]) -> None:
+    if not isinstance(manifest, dict):
+        return
+    for key in MANIFEST_KEYS:
+        if key not in manifest:
+            problems.append(f"run-manifest.json lacks {key!r}")
+    run_id = str(manifest.get("run_id"))
+    if root.name != run_id and not root.name.startswith(f"{run_id}-"):
+        problems.append(
+            f"run-manifest.json run_id {run_id!r} does not match the directory name {root.name!r}"
+        )
+    if manifest.get("complete") is not True:
+        listed = manifest.get("problems") or ["(no reason recorded)"]
+        problems.append("run is marked incomplete: " + "; ".join(str(p) for p in listed[:20]))
+
+
+def _check_coverage(coverage: Any, problems: list[str]) -> list[dict[str, Any]]:
+    if not isinstance(coverage, dict) or not isinstance(coverage.get("cases"), list):
+        if coverage is not None:
+            problems.append("coverage.json has no 'cases' list")
+        return []
+    entries = [e for e in coverage["cases"] if isinstance(e, dict)]
+    if not entries:
+        problems.append("coverage.json lists no cases; an empty run proves nothing")
+    counts = Counter(str(e.get("status")) for e in entries)
+    for entry in entries:
+        if entry.get("status") not in STATUSES:
+            problems.append(
+                f"coverage.json: case {entry.get('id')!r} has unknown status {entry.get('status')!r}"
+            )
+        elif entry.get("status") == "missing":
+            problems.append(f"case {entry.get('id')} is missing: {entry.get('reason') or 'never recorded'}")
+        elif entry.get("status") == "skipped" and not entry.get("reason"):
+            problems.append(f"case {entry.get('id')} was skipped without a reason")
+    recorded = {s: counts.get(s, 0) for s in STATUSES}
+    if isinstance(coverage.get("counts"), dict) and coverage["counts"] != recorded:
+        problems.append(f"coverage.json counts {coverage['counts']} disagree with its cases {recorded}")
+    duplicates = [case_id for case_id, n in Counter(e.get("id") for e in entries).items() if n > 1]
+    if duplicates:
+        problems.append(f"coverage.json lists cases more than once: {duplicates[:20]}")
+    return entries
+
+
+def _check_cases(root: Path, entries: list[dict[str, Any]], problems: list[str]) -> None:
+    lines = _load_jsonl(root, "cases.jsonl", problems)
+    by_id = Counter(str(line.get("id")) for line in lines if isinstance(line, dict))
+    referenced: set[str] = set()
+    for entry in entries:
+        case_id = str(entry.get("id"))
+        if entry.get("status") == "missing":
+            continue
+        if by_id.get(case_id, 0) != entry.get("records", 1):
+            problems.append(
+                f"case {case_id}: coverage.json says {entry.get('records')} record(s), "
+                f"cases.jsonl has {by_id.get(case_id, 0)}"
+            )
+        for rel in entry.get("reports") or []:
+            referenced.add(rel)
+            report = _load_json(root, rel, problems)
+            if report is None:
+                problems.append(f"case {case_id}: {rel} is missing")
+                continue
+            if (
+                not isinstance(report, dict)
+                or report.get("id") != case_id
+                or not isinstance(report.get("criteria"), list)
+            ):
+                problems.append(f"case {case_id}: {rel} is not this case's report (id or criteria wrong)")
+                continue
+            trajectory = (report.get("files") or {}).get("trajectory")
+            if not trajectory or not (root / trajectory).is_file():
+                problems.append(f"case {case_id}: trajectory file {trajectory!r} is missing")
+            else:
+                referenced.add(trajectory)
+                _load_jsonl(root, trajectory, problems)
+    known = {str(e.get("id")) for e in entries}
+    for case_id in sorted(set(by_id) - known):
+        problems.append(f"cases.jsonl has case {case_id!r} that coverage.json does not list")
+    for rel in bundle_files(root):
+        if rel.startswith(("cases/", "trajectories/")) and rel not in referenced:
+            problems.append(f"{rel} belongs to no case in coverage.json")
+
+
+def _check_junit(root: Path, entries: list[dict[str, Any]], problems: list[str]) -> None:
+    path = root / "junit.xml"
+    if not path.is_file():
+        return
+    try:
+        tree = ET.fromstring(path.read_bytes())
+    except ET.ParseError as exc:
+        problems.append(f"junit.xml does not parse: {exc}")
+        return
+    testcases = list(tree.iter("testcase"))
+    names = Counter(t.get("name") for t in testcases)
+    for entry in entries:
+        if names.get(str(entry.get("id")), 0) != 1:
+            problems.append(
+                f"junit.xml has {names.get(str(entry.get('id')), 0)} testcases for {entry.get('id')}"
+            )
+    bad_status = {str(e.get("id")) for e in entries if e.get("status") in ("failed", "error", "missing")}
+    for testcase in testcases:
+        outcome = testcase.find("failure")
+        if outcome is None:
+            outcome = testcase.find("error")
+        if outcome is not None and not (outcome.get("message") or "").strip():
+            problems.append(f"junit.xml: {testcase.get('name')} fails without a message")
+        if testcase.get("name") in bad_status and outcome is None:
+            problems.append(
+                f"junit.xml: {testcase.get('name')} failed in coverage.json but passes in junit.xml"
+            )
+
+
+def _check_index(root: Path, problems: list[str]) -> None:
+    path = root / "index.html"
+    if path.is_file():
+        match = _EXTERNAL.search(path.read_text(encoding="utf-8", errors="replace"))
+        if match:
+            problems.append(f"index.html is not self-contained: it references {match.group(0)!r}")
+
+
+def _check_secrets(root: Path, redactor: Redactor, problems: list[str]) -> None:
+    for rel in [*bundle_files(root), SUMS_NAME]:
+        path = root / rel
+        for finding in redactor.find(rel):
+            problems.append(f"file name {rel!r}: {finding}")
+        if path.is_file() and not path.is_symlink():
+            for finding in redactor.find(path.read_text(encoding="utf-8", errors="replace")):
+                problems.append(f"{rel}: {finding}")
+
+
+def verify_bundle(
+    path: Path, expected_case_ids: Iterable[str] | None = None, secrets: Iterable[str] | None = None
+) -> list[str]:
+    """Every problem found in the bundle at ``path``; an empty list means it checks out."""
+    root = Path(path)
+    if not root.is_dir():
+        return [f"{root} is not a directory; give the bundle directory <output>/<run-id>"]
+    problems = check_sums(root)
+    for rel in REQUIRED_FILES:
+        if not (root / rel).is_file():
+            problems.append(f"{rel} is missing from the bundle")
+    for rel in REQUIRED_DIRS:
+        if not (root / rel).is_dir():
+            problems.append(f"{rel}/ is missing from the bundle")
+    _check_manifest(root, _load_json(root, "run-manifest.json", problems), problems)
+    entries = _check_coverage(_load_json(root, "coverage.json", problems), problems)
+    _check_cases(root, entries, problems)
+    _check_junit(root, entries, problems)
+    _check_index(root, problems)
+    cleanup = _load_json(root, "cleanup.json", problems)
+    if cleanup is not None and not (isinstance(cleanup, dict) and isinstance(cleanup.get("records"), list)):
+        problems.append("cleanup.json has no 'records' list")
+    if expected_case_ids is not None:
+        present = {str(e.get("id")): e.get("status") for e in entries}
+        for case_id in dict.fromkeys(expected_case_ids):
+            if case_id not in present:
+                problems.append(f"expected case {case_id} is not in the bundle's inventory")
+    _check_secrets(root, Redactor(secrets or ()), problems)
+    return problems
+
+
+def _catalog_ids(paths: Sequence[str], subject: str) -> list[str]:
+    # Imported here: the catalog sits above the evidence layer and only this command needs it.
+    from pytest_e2b_env.catalog.loader import default_cases_dir, load_cases
+
+    cases = load_cases([Path(p) for p in paths] or [default_cases_dir()])
+    return [c.id for c in cases if subject == "all" or c.subject == subject]
+
+
+def main(argv: list[str]) -> int:
+    """``pytest-e2b-env verify-evidence DIR``: print each problem; exit 1 if any, 0 if none."""
+    parser = argparse.ArgumentParser(
+        prog="pytest-e2b-env verify-evidence",
+        description="Recheck an evidence bundle: checksums, inventory, expected cases, secrets.",
+    )
+    parser.add_argument("bundle", metavar="DIR", help="the bundle directory, <output>/<run-id>")
+    parser.add_argument(
+        "--catalog",
+        action="append",
+        default=None,
+        metavar="PATH",
+        help="also require every case of this catalog file or directory (repeatable; "
+        "'default' for the bundled catalog)",
+    )
+    parser.add_argument("--subject", choices=("reward", "episode", "all"), default="all")
+    args = parser.parse_args(argv)
+    expected = None
+    if args.catalog is not None:
+        paths = [p for p in args.catalog if p != "default"]
+        try:
+            expected = _catalog_ids(paths, args.subject)
+        except Exception as exc:  # a broken catalog is a usage error here, not a traceback
+            print(f"verify-evidence: cannot load the catalog: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 2
+    problems = verify_bundle(Path(args.bundle), expected)
+    for problem in problems:
+        print(f"PROBLEM: {problem}")
+    if problems:
+        print(f"verify-evidence: {len(problems)} problem(s) in {args.bundle}", file=sys.stderr)
+        return 1
+    print(f"verify-evidence: {args.bundle} is intact (checksums, inventory, no secrets)")
+    return 0

@@ -1,0 +1,417 @@
+"""BundleWriter: collects a run's evidence and writes the bundle atomically.
+
+Everything is kept in memory (bounded) until :meth:`BundleWriter.finish`, which writes the
+layout of ``docs/evidence.md`` into a hidden temporary directory beside the target and renames
+it to ``<output_root>/<run_id>`` only once every file and SHA256SUMS are on disk. A crash
+mid-write therefore never leaves a half bundle under the final name. Each part is written
+independently: if one fails, the others are still written and the manifest says the run is
+incomplete and why.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from pytest_e2b_env.errors import ConfigError
+from pytest_e2b_env.evidence import runinfo
+from pytest_e2b_env.evidence.checksums import write_sums
+from pytest_e2b_env.evidence.junit import build_junit
+from pytest_e2b_env.evidence.records import (
+    bound,
+    bound_text,
+    dumps,
+    file_stem,
+    normalize_case,
+    normalize_cleanup,
+    pretty,
+)
+from pytest_e2b_env.evidence.redaction import Redactor
+from pytest_e2b_env.evidence.report_html import render_index
+
+SCHEMA_VERSION = 1
+MAX_LOG_CHARS = 512 * 1024
+MAX_LOGS_TOTAL = 8 * 1024 * 1024
+MAX_EVENTS = 20_000
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_LOG_NAME = re.compile(r"[^A-Za-z0-9._-]")
+# Set by the writer; a caller supplying them would make the manifest contradict the bundle.
+_RESERVED = frozenset({"run_id", "complete", "problems", "finished_at", "schema_version"})
+# Worse statuses win when one case was recorded more than once.
+_SEVERITY = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+
+
+class BundleWriter:
+    """Collects one run's evidence; :meth:`finish` writes ``<output_root>/<run_id>``.
+
+    ``manifest`` holds what only the caller knows (``mode``, ``catalog_hash``, ``seeds``,
+    ``isolation`` or ``live_endpoint``...); the writer adds UTC start/end, argv, git state,
+    python/platform and package versions. Never pass a key: values under credential-named keys
+    are replaced, and everything written is redacted anyway.
+    """
+
+    def __init__(self, output_root: Path, run_id: str, manifest: dict[str, Any]) -> None:
+        if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
+            raise ConfigError(
+                f"run_id={run_id!r} is not a safe directory name; use letters, digits, '.', '_' and '-' "
+                "(at most 128, not starting with '.'), e.g. 'run-20260101-abc123'"
+            )
+        clash = _RESERVED & set(manifest)
+        if clash:
+            raise ConfigError(
+                f"manifest keys {sorted(clash)} are set by BundleWriter itself; remove them from the manifest"
+            )
+        self.output_root = Path(output_root)
+        self.run_id = run_id
+        self.final_path = self.output_root / run_id
+        if self.final_path.exists():
+            raise ConfigError(
+                f"evidence directory {self.final_path} already exists; choose a new run id or remove it"
+            )
+        self._lock = threading.Lock()
+        self._manifest = {
+            "started_at": runinfo.utc_now(),
+            "argv": runinfo.safe_argv(list(sys.argv)),
+            "git": runinfo.git_state(),
+            "platform": runinfo.platform_info(),
+            "packages": runinfo.package_versions(),
+            "pid": os.getpid(),
+        }
+        self._manifest.update(bound(dict(manifest)))
+        self._cases: list[dict[str, Any]] = []
+        self._trajectories: dict[str, list[Any]] = {}
+        self._cleanup: list[dict[str, Any]] = []
+        self._logs: dict[str, str] = {}
+        self._log_chars = 0
+        self._problems: list[str] = []
+        self._finished = False
+        # Redact early with the environment's secrets so raw secrets do not sit in memory
+        # longer than needed; finish() redacts again with the caller's list.
+        self._early = Redactor()
+
+    # -- collecting ---------------------------------------------------------------------------
+
+    def add_case(self, record: dict[str, Any]) -> None:
+        """Record one case's outcome (see the module docs for the fields); never dropped."""
+        with self._lock:
+            case, problems = normalize_case(record, len(self._cases) + 1)
+            self._cases.append(self._early.data(case))
+            self._problems.extend(problems)
+
+    def add_trajectory(self, case_id: str, events: list[dict[str, Any]]) -> None:
+        """Append tool calls, observations and sandbox operations (with timestamps) to a case."""
+        with self._lock:
+            stored = self._trajectories.setdefault(str(case_id), [])
+            room = MAX_EVENTS - len(stored)
+            items = list(events)
+            kept = [self._early.data(bound(event)) for event in items[: max(room, 0)]]
+            stored.extend(kept)
+            if len(items) > len(kept):
+                note = {"truncated": True, "events_not_kept": len(items) - len(kept), "limit": MAX_EVENTS}
+                stored.append(note)
+
+    def add_cleanup(self, records: list[dict[str, Any]]) -> None:
+        """Record sandboxes created by the run and whether each was confirmed gone."""
+        with self._lock:
+            self._cleanup.extend(self._early.data(normalize_cleanup(r)) for r in records)
+
+    def add_log(self, name: str, text: str) -> None:
+        """Keep a log under ``logs/``: redacted, each capped at 512 KiB, all together at 8 MiB."""
+        with self._lock:
+            safe = _LOG_NAME.sub("_", str(name)).strip(".")[:80] or "log"
+            if not safe.endswith((".log", ".txt")):
+                safe += ".log"
+            previous = self._logs.get(safe, "")
+            # Redact before cutting, so a cut cannot split a secret into unrecognisable halves.
+            combined = bound_text(previous + self._early.text(str(text)), MAX_LOG_CHARS)
+            room = MAX_LOGS_TOTAL - (self._log_chars - len(previous))
+            if len(combined) > room:
+                combined = bound_text(combined, max(room, 1024))
+                self._problems.append(f"log {safe} cut to fit the {MAX_LOGS_TOTAL}-character total log cap")
+            self._log_chars += len(combined) - len(previous)
+            self._logs[safe] = combined
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def finish(
+        self,
+        expected_case_ids: list[str],
+        secrets: Iterable[str] = (),
+        family_seconds: dict[str, float] | None = None,
+    ) -> Path:
+        """Write the bundle and return its final path; missing cases are recorded as ``missing``."""
+        with self._lock:
+            if self._finished:
+                raise ConfigError(f"BundleWriter.finish() was already called for run {self.run_id}")
+            self._finished = True
+            redactor = Redactor(secrets)
+            self._manifest["finished_at"] = runinfo.utc_now()
+            return _Finisher(self, redactor, list(expected_case_ids), family_seconds or {}).run()
+
+
+class _Finisher:
+    """One finish(): builds each part, writes it, keeps going when a part fails."""
+
+    def __init__(
+        self, writer: BundleWriter, redactor: Redactor, expected: list[str], family_seconds: dict[str, float]
+    ) -> None:
+        self.w = writer
+        self.r = redactor
+        self.expected = list(dict.fromkeys(str(e) for e in expected))
+        self.family_seconds = {str(k): float(v) for k, v in family_seconds.items()}
+        self.problems = list(writer._problems)
+        self.cases = [self.r.data(c) for c in writer._cases]
+        self.tmp = writer.output_root / f".{writer.run_id}.partial-{uuid.uuid4().hex[:8]}"
+
+    def run(self) -> Path:
+        self.w.output_root.mkdir(parents=True, exist_ok=True)
+        self.tmp.mkdir()
+        (self.tmp / "cases").mkdir()
+        (self.tmp / "trajectories").mkdir()
+        (self.tmp / "logs").mkdir()
+        self._assign_files()
+        coverage = self._coverage()
+        self._part("cases", self._write_cases)
+        self._part("trajectories", self._write_trajectories)
+        self._part("logs", self._write_logs)
+        self._part("cleanup.json", lambda: self._json("cleanup.json", self._cleanup_doc()))
+        self._part("coverage.json", lambda: self._json("coverage.json", coverage))
+        self._part("junit.xml", lambda: self._junit(coverage))
+        self._part("index.html", lambda: self._index(coverage))
+        self._scan_written()
+        target = self._target()
+        self._write_manifest(coverage)
+        write_sums(self.tmp)
+        os.rename(self.tmp, target)
+        return target
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _part(self, name: str, action: Callable[[], None]) -> None:
+        try:
+            action()
+        except Exception as exc:  # one broken part must not cost the rest of the evidence
+            self.problems.append(
+                f"writing {name} failed: {type(exc).__name__}: {self.r.text(str(exc))[:500]}"
+            )
+
+    def _text(self, rel: str, text: str) -> None:
+        path = self.tmp / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.r.text(text), encoding="utf-8")
+
+    def _json(self, rel: str, value: Any) -> None:
+        self._text(rel, pretty(self.r.data(value)))
+
+    def _assign_files(self) -> None:
+        taken: set[str] = set()
+        for case in self.cases:
+            stem = file_stem(case["id"], taken)
+            case["files"] = {
+                "report": f"cases/{stem}/report.json",
+                "trajectory": f"trajectories/{stem}.jsonl",
+            }
+
+    def _coverage(self) -> dict[str, Any]:
+        by_id: dict[str, list[dict[str, Any]]] = {}
+        for case in self.cases:
+            by_id.setdefault(case["id"], []).append(case)
+        entries: list[dict[str, Any]] = []
+        for case_id, records in by_id.items():
+            if len(records) > 1:
+                self.problems.append(
+                    f"case {case_id} was recorded {len(records)} times; every record is kept"
+                )
+            worst = max(records, key=lambda c: _SEVERITY[c["status"]])
+            entries.append(
+                {
+                    "id": case_id,
+                    "subject": worst["subject"],
+                    "family": worst["family"],
+                    "status": worst["status"],
+                    "reason": worst["reason"],
+                    "seconds": worst["seconds"],
+                    "records": len(records),
+                    "expected": case_id in self.expected,
+                    "reports": [c["files"]["report"] for c in records],
+                }
+            )
+        missing = [case_id for case_id in self.expected if case_id not in by_id]
+        for case_id in missing:
+            entries.append(
+                {
+                    "id": case_id,
+                    "subject": "unknown",
+                    "family": "unknown",
+                    "status": "missing",
+                    "reason": "expected case was never recorded (it did not run or its result was lost)",
+                    "seconds": None,
+                    "records": 0,
+                    "expected": True,
+                    "reports": [],
+                }
+            )
+        if missing:
+            self.problems.append(f"{len(missing)} expected case(s) missing: {', '.join(missing[:20])}")
+        if not entries:
+            self.problems.append("no case was expected or recorded; an empty run proves nothing")
+        order = {case_id: i for i, case_id in enumerate(self.expected)}
+        entries.sort(key=lambda e: (order.get(e["id"], len(order)), e["id"]))
+        counts = Counter(e["status"] for e in entries)
+        families: dict[str, dict[str, Any]] = {}
+        for entry in entries:
+            family = families.setdefault(
+                entry["family"],
+                {"passed": 0, "failed": 0, "skipped": 0, "error": 0, "missing": 0, "case_seconds": 0.0},
+            )
+            family[entry["status"]] += 1
+            family["case_seconds"] += entry["seconds"] or 0.0
+        for name, family in families.items():
+            family["seconds"] = self.family_seconds.get(name, family["case_seconds"])
+        complete = not missing and bool(entries)
+        unreasoned = [e["id"] for e in entries if e["status"] == "skipped" and not e["reason"]]
+        return {
+            "run_id": self.w.run_id,
+            "complete": complete,
+            "passed": complete and not unreasoned and not (counts["failed"] or counts["error"]),
+            "expected_count": len(self.expected),
+            "recorded_count": len(self.cases),
+            "counts": {s: counts.get(s, 0) for s in ("passed", "failed", "skipped", "error", "missing")},
+            "families": dict(sorted(families.items())),
+            "unexpected": [e["id"] for e in entries if not e["expected"]],
+            "skipped_without_reason": unreasoned,
+            "cases": entries,
+        }
+
+    def _write_cases(self) -> None:
+        lines = []
+        seen: Counter[str] = Counter()
+        for case in self.cases:
+            line = {
+                k: case[k]
+                for k in ("id", "subject", "family", "description", "expected", "observed", "seconds")
+            }
+            line.update(verdict=case["status"], status=case["status"], reason=case["reason"])
+            line["report"] = case["files"]["report"]
+            lines.append(dumps(self.r.data(line)) + "\n")
+            seen[case["id"]] += 1
+            report = _report(case, self.w.run_id, self.w._manifest.get("mode"))
+            self._json(case["files"]["report"], report)
+        self._text("cases.jsonl", "".join(lines))
+
+    def _write_trajectories(self) -> None:
+        stems: dict[str, str] = {}
+        for case in self.cases:
+            stems.setdefault(case["id"], case["files"]["trajectory"])
+            # Every recorded case has a trajectory file, empty when nothing was traced.
+            rel = case["files"]["trajectory"]
+            events = self.w._trajectories.get(case["id"], []) if stems[case["id"]] == rel else []
+            self._text(rel, "".join(dumps(self.r.data(e)) + "\n" for e in events))
+        orphans = sorted(set(self.w._trajectories) - set(stems))
+        for case_id in orphans:
+            taken = {Path(c["files"]["trajectory"]).stem for c in self.cases}
+            rel = f"trajectories/{file_stem(case_id, taken)}.jsonl"
+            events = self.w._trajectories[case_id]
+            self._text(rel, "".join(dumps(self.r.data(e)) + "\n" for e in events))
+            self.problems.append(f"trajectory for {case_id!r} has no case record; kept as {rel}")
+
+    def _write_logs(self) -> None:
+        for name, text in sorted(self.w._logs.items()):
+            self._text(f"logs/{name}", text)
+
+    def _cleanup_doc(self) -> dict[str, Any]:
+        records = self.w._cleanup
+        return {
+            "summary": {
+                "sandboxes": len(records),
+                "confirmed_absent": sum(1 for r in records if r["status"] == "confirmed_absent"),
+                "errors": sum(1 for r in records if r["status"] == "error"),
+                "unresolved": [r["sandbox_id"] for r in records if r["status"] != "confirmed_absent"],
+            },
+            "records": records,
+        }
+
+    def _junit(self, coverage: dict[str, Any]) -> None:
+        by_id = {c["id"]: c for c in self.cases}
+        merged = [{**by_id.get(e["id"], {}), **e} for e in coverage["cases"]]
+        properties = {
+            "run_id": self.w.run_id,
+            "mode": self.w._manifest.get("mode"),
+            "started_at": self.w._manifest.get("started_at"),
+        }
+        text = build_junit(self.r.data(merged), self.r.data(properties), str(self.w._manifest["started_at"]))
+        self._text("junit.xml", text)
+
+    def _index(self, coverage: dict[str, Any]) -> None:
+        manifest = {**self.w._manifest, "run_id": self.w.run_id}
+        html = render_index(
+            self.r.data(manifest),
+            self.r.data(coverage),
+            self.cases,
+            self.r.data(self._cleanup_doc()),
+            problems=list(self.problems),
+        )
+        self._text("index.html", html)
+
+    def _scan_written(self) -> None:
+        for path in sorted(self.tmp.rglob("*")):
+            if path.is_file():
+                findings = self.r.find(path.read_text(encoding="utf-8", errors="replace"))
+                for finding in findings:
+                    self.problems.append(
+                        f"{path.relative_to(self.tmp).as_posix()}: {finding} survived redaction"
+                    )
+
+    def _write_manifest(self, coverage: dict[str, Any]) -> None:
+        manifest = dict(self.w._manifest)
+        manifest.update(
+            run_id=self.w.run_id,
+            schema_version=SCHEMA_VERSION,
+            family_seconds=self.family_seconds,
+            coverage={"complete": coverage["complete"], "passed": coverage["passed"], **coverage["counts"]},
+            complete=not self.problems,
+            problems=self.problems,
+        )
+        self._json("run-manifest.json", manifest)
+
+    def _target(self) -> Path:
+        target = self.w.final_path
+        n = 2
+        while target.exists():
+            # Never overwrite or merge into another bundle; say where this one went instead.
+            target = self.w.output_root / f"{self.w.run_id}-{n}"
+            n += 1
+        if target != self.w.final_path:
+            self.problems.append(f"{self.w.final_path} appeared during the run; this bundle is {target.name}")
+        return target
+
+
+def _report(case: dict[str, Any], run_id: str, mode: Any) -> dict[str, Any]:
+    """A case's report in the shape of OpenEnv's ``validate`` output (criteria plus a summary)."""
+    criteria = case["criteria"]
+    failed = [c["id"] for c in criteria if not c["passed"]]
+    required = [c for c in criteria if c.get("required", True)]
+    report = dict(case)
+    report.update(
+        target=case["id"],
+        validation_type="e2b_env_case",
+        standard_profile="pytest-e2b-env/1",
+        run_id=run_id,
+        mode=mode,
+        passed=case["status"] == "passed",
+        summary={
+            "passed_count": len(criteria) - len(failed),
+            "total_count": len(criteria),
+            "failed_criteria": failed,
+            "required_passed_count": sum(1 for c in required if c["passed"]),
+            "required_total_count": len(required),
+        },
+    )
+    return report
