@@ -1,0 +1,77 @@
+"""Per-sandbox isolation for the local emulator.
+
+``select_backend()`` picks the strongest level this machine allows:
+
+* ``namespaces``: each sandbox is its own user (sandbox root = an unprivileged host uid range),
+  pid, mount, net, ipc and uts namespaces with a copy-on-write root file system; needs root.
+* ``process``: plain subprocesses in a per-sandbox directory; no isolation at all.
+
+``backend.level`` and ``backend.reason`` say which one and why, so the emulator prints them at
+start-up and isolation tests skip with that reason instead of passing falsely.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from pathlib import Path
+from typing import Literal
+
+from .api import HOME_DIR, Backend, Box, SandboxFS
+from .process import ProcessBackend
+
+__all__ = ["BASE_DIR", "HOME_DIR", "Backend", "Box", "SandboxFS", "select_backend"]
+
+#: Parent of every emulator's sandbox files (never the host's /tmp, which sandboxes get privately).
+BASE_DIR = Path("/var/tmp/pytest-e2b-env")
+
+
+def _sweep_stale(base: Path) -> None:
+    """Remove sandbox directories left by emulators that died (the pid directory names a dead process)."""
+    with contextlib.suppress(OSError):
+        for entry in base.iterdir():
+            if not entry.name.isdigit() or entry.stat().st_uid != os.geteuid():
+                continue
+            try:
+                os.kill(int(entry.name), 0)
+            except ProcessLookupError:
+                shutil.rmtree(entry, ignore_errors=True)
+            except PermissionError:
+                continue
+
+
+def _default_root() -> Path:
+    BASE_DIR.mkdir(parents=True, exist_ok=True)
+    if BASE_DIR.stat().st_uid == os.geteuid():
+        # Shared by every account's emulators, like /tmp.
+        os.chmod(BASE_DIR, 0o1777)
+    _sweep_stale(BASE_DIR)
+    return BASE_DIR / str(os.getpid())
+
+
+def select_backend(
+    root: Path | None = None, force: Literal["namespaces", "process"] | None = None
+) -> Backend:
+    """The isolation backend for this process: namespaces when possible, else plain processes.
+
+    ``root`` holds the sandbox files (default ``/var/tmp/pytest-e2b-env/<pid>``); ``force``
+    pins a level (``force="namespaces"`` raises EmulatorError, with the reason, when impossible).
+    """
+    if force not in (None, "namespaces", "process"):
+        raise ValueError(f"force={force!r} is not an isolation level. Use 'namespaces', 'process' or None.")
+    root = Path(root) if root is not None else _default_root()
+    root.mkdir(parents=True, exist_ok=True)
+    os.chmod(root, 0o711)
+    if force == "process":
+        return ProcessBackend(root, "plain-process level forced by the caller")
+    from . import namespaces
+
+    ok, why = namespaces.available(root)
+    if ok:
+        return namespaces.NamespaceBackend(root, why)
+    if force == "namespaces":
+        from pytest_e2b_env.errors import EmulatorError
+
+        raise EmulatorError(f"namespace isolation is unavailable: {why}")
+    return ProcessBackend(root, f"plain-process level (no isolation): {why}")
