@@ -1,0 +1,247 @@
+"""The emulator's one ASGI app: control endpoint, ledger, fault layer, REST control plane, envd.
+
+Request flow: ``/_emulator/*`` (guarded by the emulator's key) is answered directly; every
+other request is recorded in the ledger, passes the fault layer, then goes to the REST
+control plane or, when it carries ``E2b-Sandbox-Id``, to that sandbox's envd.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
+
+from e2b.envd.filesystem import filesystem_connect
+from e2b.envd.process import process_connect
+from pydantic import ValidationError
+
+from pytest_e2b_env.emulator import routes
+from pytest_e2b_env.emulator.control_plane import Answer, ControlPlane, answer, api_key_ok, error
+from pytest_e2b_env.emulator.envd_files import FilesystemService, files_api
+from pytest_e2b_env.emulator.envd_process import ProcessService
+from pytest_e2b_env.emulator.faults import SCOPE_FAULT, FaultMiddleware, FaultPlan, Receive, Scope, Send
+from pytest_e2b_env.emulator.ledger import Ledger, op_for
+from pytest_e2b_env.emulator.sandboxes import Registry
+
+if TYPE_CHECKING:
+    from pytest_e2b_env.emulator.isolation.api import Backend
+
+ENVD_PORT = "49983"
+SCOPE_SANDBOX = (
+    "pytest_e2b_env.sandbox_id"  # set when the answer names a sandbox the request did not (create)
+)
+CONTROL_HEADER = "x-emulator-key"
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+
+
+async def read_body(receive: Receive) -> bytes:
+    """The whole request body (always drained: an unread chunked upload upsets the SDK's client)."""
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    return b"".join(chunks)
+
+
+async def send_answer(send: Send, reply: Answer) -> None:
+    """Send an ``(status, headers, body)`` triple."""
+    status, headers, body = reply
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*headers, (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class _Target:
+    """The fault layer's view of the emulator (see ``faults.FaultTarget``)."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+
+    def route_of(self, method: str, path: str, headers: Mapping[str, str]) -> tuple[str, str | None]:
+        return routes.route_of(method, path, headers)
+
+    def is_stream(self, template: str) -> bool:
+        return routes.is_stream(template)
+
+    async def lose(self, sandbox_id: str) -> None:
+        await self.registry.lose(sandbox_id)
+
+
+class EmulatorApp:
+    """The ASGI application of one emulator."""
+
+    def __init__(self, backend: Backend, api_key: str) -> None:
+        self.api_key = api_key
+        self.backend = backend
+        self.ledger = Ledger()
+        self.registry = Registry(backend, self.ledger)
+        self.faults = FaultPlan()
+        self.control_plane = ControlPlane(self.registry)
+        self.process_app = process_connect.ProcessASGIApplication(ProcessService(self.registry))
+        self.fs_app = filesystem_connect.FilesystemASGIApplication(FilesystemService(self.registry))
+        self._faulted = FaultMiddleware(self._core, self.faults, _Target(self.registry))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        if scope["path"].startswith("/_emulator/"):
+            await self._control(scope, receive, send)
+            return
+        await self._ledgered(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.registry.kill_all()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    # ------------------------------------------------------------------ ledger
+    async def _ledgered(self, scope: Scope, receive: Receive, send: Send) -> None:
+        method, path = scope["method"], scope["path"]
+        template, sandbox_id = routes.route_of(method, path, _headers(scope))
+        recorded = False
+
+        def record(status: int | None) -> None:
+            nonlocal recorded
+            recorded = True
+            fault = scope.get(SCOPE_FAULT)
+            self.ledger.record(
+                "fault" if fault else op_for(template),
+                method=method,
+                route=template,
+                sandbox_id=scope.get(SCOPE_SANDBOX) or sandbox_id,
+                status=status,
+                detail=str(fault or ""),
+            )
+
+        async def send_recorded(message: Any) -> None:
+            if message["type"] == "http.response.start" and not recorded:
+                record(int(message["status"]))
+            await send(message)
+
+        try:
+            await self._faulted(scope, receive, send_recorded)
+        finally:
+            if not recorded:  # no answer at all (dropped before the status line)
+                record(None)
+
+    # ------------------------------------------------------------------ REST + envd
+    async def _core(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = _headers(scope)
+        sandbox_id = headers.get("e2b-sandbox-id")
+        if sandbox_id is not None:
+            await self._envd(scope, receive, send, headers, sandbox_id)
+            return
+        body = await read_body(receive)
+        if not api_key_ok(headers, self.api_key):
+            await send_answer(send, error(401, "Invalid API key"))
+            return
+        query = scope.get("query_string", b"").decode("latin-1")
+        reply, concerned = await self.control_plane.handle(scope["method"], scope["path"], query, body)
+        if concerned is not None:
+            scope[SCOPE_SANDBOX] = concerned
+        await send_answer(send, reply)
+
+    async def _envd(
+        self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str], sandbox_id: str
+    ) -> None:
+        sbx = self.registry.get(sandbox_id)
+        path = scope["path"]
+        if sbx is None:  # what E2B's edge answers for a dead or unknown sandbox, on every envd path
+            await read_body(receive)
+            body = {"sandboxId": sandbox_id, "message": "The sandbox was not found", "code": 502}
+            await send_answer(send, answer(502, body))
+            return
+        port = headers.get("e2b-sandbox-port", ENVD_PORT)
+        if port != ENVD_PORT:
+            await read_body(receive)
+            body = {
+                "sandboxId": sandbox_id,
+                "message": "The sandbox is running but port is not open",
+                "port": port,
+            }
+            await send_answer(send, answer(502, {**body, "code": 502}))
+            return
+        if headers.get("x-access-token") != sbx.envd_access_token:
+            await read_body(receive)
+            await send_answer(send, error(401, "invalid or missing X-Access-Token for this sandbox"))
+            return
+        if path.startswith("/process.Process/"):
+            await self.process_app(scope, receive, send)
+        elif path.startswith("/filesystem.Filesystem/"):
+            await self.fs_app(scope, receive, send)
+        elif path == "/health":
+            await read_body(receive)
+            await send_answer(send, answer(204))
+        elif path == "/files":
+            payload = await read_body(receive)
+            query = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+            await send_answer(send, await files_api(sbx, scope["method"], query, headers, payload))
+        else:
+            await read_body(receive)
+            await send_answer(send, error(404, f"no such envd route: {scope['method']} {path}"))
+
+    # ------------------------------------------------------------------ control endpoint
+    async def _control(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = await read_body(receive)
+        headers = _headers(scope)
+        if headers.get(CONTROL_HEADER) != self.api_key:
+            await send_answer(
+                send, error(401, f"the control endpoint needs the emulator's key in {CONTROL_HEADER}")
+            )
+            return
+        method, path = scope["method"], scope["path"][len("/_emulator") :]
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        await send_answer(send, await self._control_answer(method, path, query, body))
+
+    async def _control_answer(
+        self, method: str, path: str, query: dict[str, list[str]], body: bytes
+    ) -> Answer:
+        if (method, path) == ("GET", "/info"):
+            return answer(200, {"isolation": self.backend.level, "reason": self.backend.reason})
+        if (method, path) == ("GET", "/sandboxes"):
+            return answer(200, [s.summary() for s in self.registry.running()])
+        if (method, path) == ("POST", "/sandboxes/kill"):
+            killed = [s.sandbox_id for s in self.registry.running()]
+            await self.registry.kill_all()
+            return answer(200, {"killed": killed})
+        if (method, path) == ("GET", "/faults"):
+            return answer(200, self.faults.rules())
+        if (method, path) == ("POST", "/faults"):
+            try:
+                rule = json.loads(body or b"{}")
+                return answer(201, {"id": self.faults.add(rule)})
+            except (ValueError, TypeError, ValidationError) as exc:
+                return error(400, f"bad fault rule: {exc}".splitlines()[0][:500])
+        if (method, path) == ("DELETE", "/faults"):
+            self.faults.clear()
+            return answer(204)
+        if (method, path) == ("GET", "/ledger/mark"):
+            return answer(200, {"mark": self.ledger.mark()})
+        if (method, path) == ("GET", "/ledger"):
+            try:
+                since = int(query.get("since", ["0"])[0])
+            except ValueError:
+                return error(400, "since must be an integer mark from /_emulator/ledger/mark")
+            return answer(200, self.ledger.since(since))
+        return error(404, f"no such control route: {method} /_emulator{path}")

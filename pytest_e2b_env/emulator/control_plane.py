@@ -1,0 +1,207 @@
+"""E2B's REST control plane: create, connect, kill, set_timeout, get_info, list.
+
+Answers and error bodies follow E2B's API (``{"code", "message"}`` with the right status), so
+the SDK's own ``handle_api_exception`` produces the exceptions users see on E2B.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import json
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import parse_qsl
+
+from pytest_e2b_env.emulator.sandboxes import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, Registry, Sandbox
+
+Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
+LIST_LIMIT_MAX = 100
+
+
+def answer(status: int, obj: Any = None, headers: list[tuple[bytes, bytes]] | None = None) -> Answer:
+    """A JSON (or empty, for ``obj=None``) answer triple."""
+    extra = list(headers or [])
+    if obj is None:
+        return status, extra, b""
+    return status, [(b"content-type", b"application/json"), *extra], json.dumps(obj).encode()
+
+
+def error(status: int, message: str) -> Answer:
+    """E2B's error body."""
+    return answer(status, {"code": status, "message": message})
+
+
+def _not_found(sandbox_id: str) -> Answer:
+    return error(404, f'sandbox "{sandbox_id}" not found')
+
+
+def _json_body(body: bytes) -> dict[str, Any] | None:
+    if not body.strip():
+        return {}
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _timeout(value: Any, default: int) -> int | str:
+    """A valid lifetime in seconds, or the error message."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TIMEOUT_S:
+        return f"timeout must be an integer number of seconds between 0 and {MAX_TIMEOUT_S}, got {value!r}"
+    return value
+
+
+def _str_map(value: Any, name: str) -> dict[str, str] | str:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        return f"{name} must be an object of string values"
+    return dict(value)
+
+
+class ControlPlane:
+    """The REST routes, over a :class:`Registry`."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+
+    async def handle(self, method: str, path: str, query: str, body: bytes) -> tuple[Answer, str | None]:
+        """Answer one authenticated REST request; also return the sandbox id it concerned."""
+        parts = [p for p in path.split("/") if p]
+        if parts[:1] == ["v2"]:
+            parts = parts[1:]
+        if parts[:1] != ["sandboxes"]:
+            return error(404, f"no such route: {method} {path}"), None
+        if len(parts) == 1:
+            if method == "POST":
+                return self.create(body)
+            if method == "GET":
+                return self.list(query), None
+            return error(405, f"method {method} not allowed on {path}"), None
+        sandbox_id = parts[1]
+        action = parts[2] if len(parts) == 3 else None
+        if len(parts) > 3:
+            return error(404, f"no such route: {method} {path}"), sandbox_id
+        sbx = self.registry.get(sandbox_id)
+        if action is None and method == "DELETE":
+            return (
+                answer(204) if await self.registry.kill(sandbox_id) else _not_found(sandbox_id)
+            ), sandbox_id
+        if sbx is None:
+            return _not_found(sandbox_id), sandbox_id
+        if action is None and method == "GET":
+            return answer(200, sbx.detail()), sandbox_id
+        if action == "timeout" and method == "POST":
+            return self.set_timeout(sbx, body), sandbox_id
+        if action in ("connect", "resume") and method == "POST":
+            return self.connect(sbx, body), sandbox_id
+        if action == "pause" and method == "POST":
+            return error(400, "pausing is not supported by the local emulator; use kill"), sandbox_id
+        return error(404, f"no such route: {method} {path}"), sandbox_id
+
+    def create(self, body: bytes) -> tuple[Answer, str | None]:
+        """``POST /v2/sandboxes``."""
+        req = _json_body(body)
+        if req is None:
+            return error(400, "request body must be a JSON object"), None
+        template = req.get("templateID")
+        if not isinstance(template, str) or not template:
+            return error(400, "templateID is required, e.g. 'base'"), None
+        timeout = _timeout(req.get("timeout"), DEFAULT_TIMEOUT_S)
+        metadata = _str_map(req.get("metadata"), "metadata")
+        envs = _str_map(req.get("envVars"), "envVars")
+        for checked in (timeout, metadata, envs):
+            if isinstance(checked, str):
+                return error(400, checked), None
+        internet = req.get("allow_internet_access")
+        network = req.get("network") or {}
+        deny = network.get("denyOut") or [] if isinstance(network, dict) else []
+        allow_internet = internet is not False and "0.0.0.0/0" not in deny
+        try:
+            sbx = self.registry.create(template, int(timeout), metadata, envs, allow_internet)  # type: ignore[arg-type]
+        except OSError as exc:
+            return error(500, f"could not start a sandbox: {type(exc).__name__}: {exc.strerror}"), None
+        return answer(201, sbx.created()), sbx.sandbox_id
+
+    def set_timeout(self, sbx: Sandbox, body: bytes) -> Answer:
+        """``POST /sandboxes/{id}/timeout``: the sandbox now ends N seconds from now."""
+        req = _json_body(body)
+        timeout = _timeout((req or {}).get("timeout"), -1)
+        if isinstance(timeout, str) or timeout < 0:
+            return error(400, timeout if isinstance(timeout, str) else "timeout is required")
+        self.registry.set_timeout(sbx, timeout)
+        return answer(204)
+
+    def connect(self, sbx: Sandbox, body: bytes) -> Answer:
+        """``POST /v2/sandboxes/{id}/connect``: a running sandbox's lifetime is only extended."""
+        req = _json_body(body)
+        timeout = _timeout((req or {}).get("timeout"), DEFAULT_TIMEOUT_S)
+        if isinstance(timeout, str):
+            return error(400, timeout)
+        remaining = (sbx.end_at - dt.datetime.now(dt.UTC)).total_seconds()
+        if timeout > remaining:
+            self.registry.set_timeout(sbx, timeout)
+        return answer(200, sbx.created())
+
+    def list(self, query: str) -> Answer:
+        """``GET /v2/sandboxes``: metadata and state filters, ``limit``, ``nextToken`` / ``x-next-token``."""
+        params = dict(parse_qsl(query, keep_blank_values=True))
+        wanted_meta = dict(parse_qsl(params.get("metadata", ""), keep_blank_values=True))
+        states = [s for s in params.get("state", "running,paused").split(",") if s]
+        unknown = [s for s in states if s not in ("running", "paused")]
+        if unknown:
+            return error(400, f"state must be 'running' or 'paused', got {unknown[0]!r}")
+        try:
+            limit = int(params.get("limit") or LIST_LIMIT_MAX)
+        except ValueError:
+            return error(400, f"limit must be an integer, got {params['limit']!r}")
+        if not 1 <= limit <= LIST_LIMIT_MAX:
+            return error(400, f"limit must be between 1 and {LIST_LIMIT_MAX}, got {limit}")
+        order = params.get("order", "asc")
+        rows = [
+            s
+            for s in self.registry.running()
+            if "running" in states
+            and all(s.metadata.get(k) == v for k, v in wanted_meta.items())
+            and (not params.get("template") or params["template"] == s.template_id)
+        ]
+        rows.sort(key=lambda s: (s.started_at, s.sandbox_id), reverse=order == "desc")
+        token = params.get("nextToken")
+        if token:
+            cursor = _decode_token(token)
+            if cursor is None:
+                return error(400, f"nextToken {token!r} is not a token this server issued")
+            keys = [(s.started_at.isoformat(), s.sandbox_id) for s in rows]
+            rows = [
+                s for s, k in zip(rows, keys, strict=True) if (k > cursor if order != "desc" else k < cursor)
+            ]
+        page, more = rows[:limit], len(rows) > limit
+        headers = []
+        if more:
+            last = page[-1]
+            headers.append((b"x-next-token", _encode_token(last.started_at.isoformat(), last.sandbox_id)))
+        return answer(200, [s.listed() for s in page], headers)
+
+
+def _encode_token(started: str, sandbox_id: str) -> bytes:
+    return base64.urlsafe_b64encode(f"{started}|{sandbox_id}".encode())
+
+
+def _decode_token(token: str) -> tuple[str, str] | None:
+    try:
+        started, _, sandbox_id = base64.urlsafe_b64decode(token.encode()).decode().partition("|")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return None
+    return (started, sandbox_id) if sandbox_id else None
+
+
+def api_key_ok(headers: Mapping[str, str], api_key: str) -> bool:
+    """Whether the request carries this emulator's key (``X-API-KEY``)."""
+    return headers.get("x-api-key") == api_key

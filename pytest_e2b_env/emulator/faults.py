@@ -1,0 +1,328 @@
+"""Faults as data, injected on the wire by an ASGI middleware.
+
+The middleware knows nothing about sandboxes beyond the small :class:`FaultTarget` callback
+interface (name a request's route and sandbox, say whether a route streams, lose a sandbox),
+so a forwarding proxy in front of real E2B can reuse it unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fnmatch
+import json
+import threading
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: scope key where the middleware leaves a description of the fault it applied (read by the ledger)
+SCOPE_FAULT = "pytest_e2b_env.fault"
+
+
+class FaultAnswer(BaseModel):
+    """What a fault answers instead of (or on top of) the real response. Exactly one kind is set."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: int | None = Field(default=None, ge=400, le=599)
+    retry_after: int | None = Field(default=None, ge=0)
+    lose_sandbox: bool = False
+    kill_fails: bool = False
+    delay: float | None = Field(default=None, ge=0, le=600)
+    drop_stream: bool = False
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> FaultAnswer:
+        kinds = [
+            self.status is not None,
+            self.lose_sandbox,
+            self.kill_fails,
+            self.delay is not None,
+            self.drop_stream,
+        ]
+        if sum(kinds) != 1:
+            raise ValueError(
+                "a fault answer needs exactly one of status, lose_sandbox, kill_fails, delay, drop_stream; "
+                'e.g. {"status": 429, "retry_after": 1} or {"lose_sandbox": true}'
+            )
+        if self.retry_after is not None and self.status is None:
+            raise ValueError(
+                "retry_after only goes with a status answer, e.g. {'status': 429, 'retry_after': 1}"
+            )
+        return self
+
+    def describe(self) -> str:
+        """A short human label such as ``status 429`` or ``lose_sandbox``."""
+        if self.status is not None:
+            return f"status {self.status}"
+        if self.delay is not None:
+            return f"delay {self.delay:g}s"
+        for kind in ("lose_sandbox", "kill_fails", "drop_stream"):
+            if getattr(self, kind):
+                return kind
+        return "none"  # unreachable: the validator demands one kind
+
+
+class FaultRule(BaseModel):
+    """One fault: which requests it matches and what it answers.
+
+    ``route`` is ``"METHOD /path"`` with ``*`` globs (or ``"*"``), matched against both the
+    concrete request path and its template (``"DELETE /sandboxes/{id}"``). ``contains`` is a
+    substring of the request body (command text or uploaded file). The first ``after`` matches
+    pass untouched; then the rule fires ``times`` times (``None``: every time).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    route: str = "*"
+    sandbox: str | None = None
+    contains: str | None = None
+    after: int = Field(default=0, ge=0)
+    times: int | None = Field(default=1, ge=1)
+    answer: FaultAnswer
+
+    def matches(self, request: str, template: str, sandbox_id: str | None, body: str | None) -> bool:
+        """Whether this rule's filters (not its counters) accept the request."""
+        if not (fnmatch.fnmatchcase(request, self.route) or fnmatch.fnmatchcase(template, self.route)):
+            return False
+        if self.sandbox is not None and sandbox_id != self.sandbox:
+            return False
+        return self.contains is None or (body is not None and self.contains in body)
+
+
+class FaultPlan:
+    """The live rule list, shared by the middleware and whoever adds rules (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._rules: list[tuple[str, FaultRule, list[int]]] = []  # (id, rule, [seen, fired])
+        self._lock = threading.Lock()
+        self._next = 1
+
+    def add(self, rule: FaultRule | Mapping[str, Any]) -> str:
+        """Validate and append a rule; return its id (``"f1"``, ``"f2"``...)."""
+        checked = rule if isinstance(rule, FaultRule) else FaultRule.model_validate(dict(rule))
+        with self._lock:
+            rule_id = f"f{self._next}"
+            self._next += 1
+            self._rules.append((rule_id, checked, [0, 0]))
+            return rule_id
+
+    def clear(self) -> None:
+        """Drop every rule."""
+        with self._lock:
+            self._rules.clear()
+
+    def rules(self) -> list[dict[str, Any]]:
+        """Every rule with its id and counters, for the control endpoint."""
+        with self._lock:
+            return [
+                {"id": rid, **rule.model_dump(exclude_none=True), "seen": c[0], "fired": c[1]}
+                for rid, rule, c in self._rules
+            ]
+
+    def needs_body(self, request: str, template: str, sandbox_id: str | None) -> bool:
+        """Whether some rule can only decide once it has seen the request body."""
+        with self._lock:
+            return any(
+                r.contains is not None and r.matches(request, template, sandbox_id, r.contains)
+                for _, r, _ in self._rules
+            )
+
+    def pick(
+        self, request: str, template: str, sandbox_id: str | None, body: str | None
+    ) -> tuple[str, FaultRule] | None:
+        """Count the request against matching rules; return the first rule that fires."""
+        with self._lock:
+            for rid, rule, counters in self._rules:
+                if not rule.matches(request, template, sandbox_id, body):
+                    continue
+                counters[0] += 1
+                if counters[0] <= rule.after or (rule.times is not None and counters[1] >= rule.times):
+                    continue
+                counters[1] += 1
+                return rid, rule
+        return None
+
+
+class FaultTarget(Protocol):
+    """What the middleware needs to know about the service behind it."""
+
+    def route_of(self, method: str, path: str, headers: Mapping[str, str]) -> tuple[str, str | None]:
+        """The route template (``"DELETE /sandboxes/{id}"``) and the sandbox id, if any."""
+        ...
+
+    def is_stream(self, template: str) -> bool:
+        """Whether responses on this route are long-lived streams (``process.Process/Start``)."""
+        ...
+
+    async def lose(self, sandbox_id: str) -> None:
+        """Make the sandbox die as if its VM vanished (no clean end of its streams)."""
+        ...
+
+
+def _body_text(body: bytes) -> str:
+    """The body as text plus the strings inside any JSON in it (so escaped commands still match)."""
+    text = body.decode("utf-8", "replace")
+    raw = body[5:] if body[:1] in (b"\x00", b"\x01") and len(body) > 5 else body  # connect envelope
+    try:
+        strings: list[str] = []
+
+        def walk(value: Any) -> None:
+            if isinstance(value, str):
+                strings.append(value)
+            elif isinstance(value, dict):
+                for v in value.values():
+                    walk(v)
+            elif isinstance(value, list):
+                for v in value:
+                    walk(v)
+
+        walk(json.loads(raw))
+        return text + "\n" + "\n".join(strings)
+    except ValueError:
+        return text
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()  # after the body: disconnect notifications come from the server
+
+    return replay
+
+
+async def send_json_error(
+    send: Send, status: int, message: str, headers: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
+    """Answer ``{"code": status, "message": message}`` as E2B's API and edge do."""
+    body = json.dumps({"code": status, "message": message}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class FaultMiddleware:
+    """ASGI middleware applying a :class:`FaultPlan` to the requests of ``app``."""
+
+    def __init__(self, app: ASGIApp, plan: FaultPlan, target: FaultTarget) -> None:
+        self.app = app
+        self.plan = plan
+        self.target = target
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.plan._rules:  # fast path: no rules at all
+            await self.app(scope, receive, send)
+            return
+        method, path = scope["method"], scope["path"]
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        template, sandbox_id = self.target.route_of(method, path, headers)
+        request = f"{method} {path}"
+        body_text: str | None = None
+        if self.plan.needs_body(request, template, sandbox_id):
+            body = await _read_body(receive)
+            receive = _replay(body, receive)
+            body_text = _body_text(body)
+        picked = self.plan.pick(request, template, sandbox_id, body_text)
+        if picked is None:
+            await self.app(scope, receive, send)
+            return
+        rule_id, rule = picked
+        answer = rule.answer
+        scope[SCOPE_FAULT] = f"{rule_id}: {answer.describe()}"
+        if answer.status is not None or answer.kill_fails:
+            await _read_body(receive)  # always drain: an unread chunked body upsets the SDK's client
+            status = answer.status if answer.status is not None else 500
+            extra = (
+                [(b"retry-after", str(answer.retry_after).encode())] if answer.retry_after is not None else []
+            )
+            text = "kill failed (injected)" if answer.kill_fails else f"injected fault {rule_id}"
+            await send_json_error(send, status, text, extra)
+            return
+        if answer.delay is not None:
+            await asyncio.sleep(answer.delay)
+            await self.app(scope, receive, send)
+            return
+        if answer.lose_sandbox:
+            await self._lose(scope, receive, send, template, sandbox_id)
+            return
+        await self._drop(scope, receive, send, template)
+
+    async def _lose(
+        self, scope: Scope, receive: Receive, send: Send, template: str, sandbox_id: str | None
+    ) -> None:
+        if sandbox_id is None:  # nothing to lose (e.g. create): behave normally
+            await self.app(scope, receive, send)
+            return
+        if not self.target.is_stream(template):
+            await self.target.lose(sandbox_id)
+            await self.app(scope, receive, send)
+            return
+        lost = False
+
+        async def send_then_lose(message: Message) -> None:
+            nonlocal lost
+            await send(message)
+            # mid-command: the stream has delivered its first event (the pid), now the VM vanishes
+            if message["type"] == "http.response.body" and message.get("body") and not lost:
+                lost = True
+                await self.target.lose(sandbox_id)
+
+        await self.app(scope, receive, send_then_lose)
+
+    async def _drop(self, scope: Scope, receive: Receive, send: Send, template: str) -> None:
+        stream = self.target.is_stream(template)
+        cut = asyncio.Event()
+
+        async def send_until_cut(message: Message) -> None:
+            if cut.is_set():
+                return
+            if message["type"] == "http.response.body":
+                if stream and message.get("body"):
+                    await send({**message, "more_body": True})  # let the first event through, then cut
+                cut.set()
+                return
+            await send(message)
+
+        inner = asyncio.ensure_future(self.app(scope, receive, send_until_cut))
+        waiter = asyncio.ensure_future(cut.wait())
+        await asyncio.wait({inner, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        if not inner.done():
+            inner.cancel()
+        with contextlib.suppress(BaseException):
+            await inner
+        # returning without finishing the response makes the server close the connection mid-body

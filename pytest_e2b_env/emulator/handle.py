@@ -1,0 +1,251 @@
+"""``Emulator``: start (or attach to) a local emulator and drive its control endpoint.
+
+The server always runs in a child process (the ``pytest-e2b-env emulator`` entry), so the
+CLI, the plugin, xdist workers and tests share one code path, and the child dies with its
+parent (PR_SET_PDEATHSIG) taking every sandbox with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from pytest_e2b_env.errors import EmulatorError
+
+_CONTROL_HEADER = "X-Emulator-Key"
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+
+
+class Faults:
+    """Fault rules of one emulator (see ``pytest_e2b_env.emulator.faults.FaultRule``)."""
+
+    def __init__(self, emulator: Emulator) -> None:
+        self._emulator = emulator
+
+    def add(
+        self,
+        route: str = "*",
+        answer: dict[str, Any] | None = None,
+        times: int | None = 1,
+        sandbox: str | None = None,
+        contains: str | None = None,
+        after: int = 0,
+    ) -> str:
+        """Add a rule; return its id. ``answer`` e.g. ``{"status": 429, "retry_after": 1}``."""
+        if answer is None:
+            raise EmulatorError('faults.add needs an answer, e.g. answer={"status": 503}')
+        rule = {"route": route, "answer": answer, "times": times, "sandbox": sandbox, "contains": contains}
+        rule["after"] = after
+        return str(self._emulator._control("POST", "/faults", rule)["id"])
+
+    def clear(self) -> None:
+        """Remove every rule."""
+        self._emulator._control("DELETE", "/faults")
+
+    def list(self) -> list[dict[str, Any]]:
+        """Every rule with its counters (``seen``, ``fired``)."""
+        rules: list[dict[str, Any]] = self._emulator._control("GET", "/faults")
+        return rules
+
+
+class Emulator:
+    """A local E2B emulator: ``with Emulator() as emu:`` then point the SDK at ``emu.sdk_env()``.
+
+    ``isolation`` forces ``"namespaces"`` or ``"process"`` (default: the best available).
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        isolation: str | None = None,
+        startup_timeout: float = 30.0,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.isolation_request = isolation
+        self.startup_timeout = startup_timeout
+        self.url = ""
+        self.api_key = ""
+        self.isolation = ""
+        self.isolation_reason = ""
+        self.faults = Faults(self)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._owned = True
+
+    # ------------------------------------------------------------------ lifecycle
+    @classmethod
+    def connect(cls, url: str, api_key: str) -> Emulator:
+        """Attach to a running emulator (e.g. from an xdist worker); ``stop()`` then leaves it running."""
+        emu = cls()
+        emu.url, emu.api_key, emu._owned = url.rstrip("/"), api_key, False
+        info = emu._control("GET", "/info")
+        emu.isolation, emu.isolation_reason = info["isolation"], info["reason"]
+        return emu
+
+    def start(self) -> Emulator:
+        """Start the server child and wait for its announcement."""
+        if self._proc is not None or not self._owned:
+            return self
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest_e2b_env.emulator.cli",
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+        ]
+        cmd += ["--die-with-parent"]
+        if self.isolation_request:
+            cmd += ["--isolation", self.isolation_request]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
+        env.pop("PYTEST_E2B_ENV_EMULATOR_KEY", None)  # always a fresh random key
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the child; closed in stop()
+        self._proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=self._stderr, env=env, close_fds=True
+        )
+        try:
+            self._read_announcement()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _read_announcement(self) -> None:
+        assert self._proc is not None
+        assert self._proc.stdout is not None
+        values: dict[str, str] = {}
+        deadline = time.monotonic() + self.startup_timeout
+        buffer = b""
+        fd = self._proc.stdout.fileno()
+        while "isolation" not in values:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise EmulatorError(
+                    f"the emulator did not start within {self.startup_timeout:g}s{self._stderr_tail()}"
+                )
+            ready, _, _ = select.select([fd], [], [], min(left, 0.5))
+            if not ready:
+                if self._proc.poll() is not None:
+                    raise EmulatorError(
+                        f"the emulator exited with {self._proc.returncode}{self._stderr_tail()}"
+                    )
+                continue
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                self._proc.wait(timeout=5)
+                raise EmulatorError(f"the emulator exited with {self._proc.returncode}{self._stderr_tail()}")
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for raw in lines:
+                line = raw.decode()
+                if line.startswith("# isolation="):
+                    level, _, reason = line[len("# isolation=") :].partition(": ")
+                    values["isolation"], values["reason"] = level, reason
+                elif "=" in line:
+                    key, _, value = line.partition("=")
+                    values[key] = value
+        self.url, self.api_key = values["E2B_API_URL"], values["E2B_API_KEY"]
+        self.isolation, self.isolation_reason = values["isolation"], values["reason"]
+
+    def _stderr_tail(self) -> str:
+        with contextlib.suppress(OSError, AttributeError):
+            self._stderr.seek(0)
+            lines = self._stderr.read().decode(errors="replace").strip().splitlines()
+            if lines:
+                return f": {lines[-1]}"
+        return ""
+
+    def stop(self) -> None:
+        """SIGTERM the server (it kills every sandbox), wait, SIGKILL if it hangs."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+        if proc.stdout is not None:
+            proc.stdout.close()
+        with contextlib.suppress(OSError, AttributeError):
+            self._stderr.close()
+
+    @property
+    def pid(self) -> int | None:
+        """The server process id (None when attached or stopped)."""
+        return self._proc.pid if self._proc is not None else None
+
+    def __enter__(self) -> Emulator:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ queries
+    def sdk_env(self) -> dict[str, str]:
+        """The env vars that point the e2b SDK here."""
+        return {"E2B_API_URL": self.url, "E2B_SANDBOX_URL": self.url, "E2B_API_KEY": self.api_key}
+
+    def sdk_opts(self) -> dict[str, str]:
+        """The same as keyword arguments: ``Sandbox.create(**emu.sdk_opts())``."""
+        return {"api_key": self.api_key, "api_url": self.url, "sandbox_url": self.url}
+
+    def sandboxes(self) -> list[dict[str, Any]]:
+        """The live sandboxes (for leak checks)."""
+        rows: list[dict[str, Any]] = self._control("GET", "/sandboxes")
+        return rows
+
+    def kill_all(self) -> list[str]:
+        """Kill every sandbox; return their ids."""
+        return list(self._control("POST", "/sandboxes/kill")["killed"])
+
+    def ledger_mark(self) -> int:
+        """A mark to pass to :meth:`ledger` to see only later entries."""
+        return int(self._control("GET", "/ledger/mark")["mark"])
+
+    def ledger(self, since: int = 0) -> list[dict[str, Any]]:
+        """Ledger entries (``t, method, route, sandbox_id, status, op, detail``) since a mark."""
+        rows: list[dict[str, Any]] = self._control("GET", f"/ledger?since={int(since)}")
+        return rows
+
+    def _control(self, method: str, path: str, body: Any = None) -> Any:
+        if not self.url:
+            raise EmulatorError("the emulator is not running; use `with Emulator() as emu:` or emu.start()")
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(f"{self.url}/_emulator{path}", data=data, method=method)
+        request.add_header(_CONTROL_HEADER, self.api_key)
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")
+            with contextlib.suppress(ValueError):
+                detail = json.loads(detail).get("message", detail)
+            raise EmulatorError(f"emulator control {method} {path} answered {exc.code}: {detail}") from None
+        except OSError as exc:
+            raise EmulatorError(
+                f"emulator control {method} {path} failed: {exc}; is it still running?"
+            ) from None
+        return json.loads(raw) if raw else None

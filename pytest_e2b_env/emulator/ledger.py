@@ -1,0 +1,90 @@
+"""The emulator's ledger: every request and sandbox operation, in order, as black-box evidence.
+
+Later layers (catalog verdicts, evidence bundles) read it to prove what happened on the wire
+without trusting the code under test: which sandboxes were created, killed or lost, and what
+each request was answered.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Any
+
+# Routes (templates) -> the operation name the ledger records. Anything unlisted is "other".
+ROUTE_OPS: dict[str, str] = {
+    "POST /v2/sandboxes": "create",
+    "POST /sandboxes": "create",
+    "GET /v2/sandboxes": "list",
+    "GET /sandboxes": "list",
+    "POST /v2/sandboxes/{id}/connect": "connect",
+    "POST /sandboxes/{id}/resume": "connect",
+    "DELETE /sandboxes/{id}": "kill",
+    "POST /sandboxes/{id}/timeout": "set_timeout",
+    "GET /sandboxes/{id}": "get_info",
+    "GET /health": "health",
+    "GET /files": "file_read",
+    "POST /files": "file_write",
+}
+
+
+def op_for(route: str) -> str:
+    """Name the ledger operation of a route template (``"POST /process.Process/Start"`` -> ``"run"``)."""
+    if route in ROUTE_OPS:
+        return ROUTE_OPS[route]
+    if " /process.Process/" in route:
+        return "run"
+    if " /filesystem.Filesystem/" in route:
+        return "fs"
+    return "other"
+
+
+class Ledger:
+    """An append-only, thread-safe list of entries with absolute sequence numbers.
+
+    Entries are dicts ``{"seq", "t", "method", "route", "sandbox_id", "status", "op", "detail"}``.
+    Only the newest ``capacity`` entries are kept; marks stay valid because they are sequence
+    numbers, not list indexes.
+    """
+
+    def __init__(self, capacity: int = 200_000) -> None:
+        self._entries: deque[dict[str, Any]] = deque(maxlen=capacity)
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def record(
+        self,
+        op: str,
+        *,
+        method: str = "",
+        route: str = "",
+        sandbox_id: str | None = None,
+        status: int | None = None,
+        detail: str = "",
+    ) -> dict[str, Any]:
+        """Append one entry and return it."""
+        with self._lock:
+            entry = {
+                "seq": self._next,
+                "t": time.time(),
+                "method": method,
+                "route": route,
+                "sandbox_id": sandbox_id,
+                "status": status,
+                "op": op,
+                "detail": detail,
+            }
+            self._next += 1
+            self._entries.append(entry)
+            return entry
+
+    def mark(self) -> int:
+        """The sequence number the next entry will get; pass it to :meth:`since`."""
+        with self._lock:
+            return self._next
+
+    def since(self, mark: int = 0) -> list[dict[str, Any]]:
+        """Every kept entry with ``seq >= mark``, oldest first."""
+        with self._lock:
+            return [dict(e) for e in self._entries if e["seq"] >= mark]

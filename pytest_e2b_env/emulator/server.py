@@ -1,0 +1,144 @@
+"""Run one emulator in this process: bind, announce, serve, and kill every sandbox on the way out."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import signal
+import socket
+import sys
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TextIO
+
+import uvicorn
+
+from pytest_e2b_env.emulator.app import EmulatorApp
+from pytest_e2b_env.errors import EmulatorError
+
+if TYPE_CHECKING:
+    from pytest_e2b_env.emulator.isolation.api import Backend
+
+
+def new_api_key() -> str:
+    """A fresh key shaped like E2B's (``e2b_`` + 40 hex digits)."""
+    return "e2b_" + secrets.token_hex(20)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket, or :class:`EmulatorError` naming the bad value and the fix."""
+    if not 0 <= port <= 65535:
+        raise EmulatorError(f"--port {port} is out of range; use 1-65535, or 0 for a free port")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise EmulatorError(f"--host {host!r} does not resolve ({exc.strerror}); use e.g. 127.0.0.1") from exc
+    family, _, _, _, address = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == 98:  # EADDRINUSE
+            raise EmulatorError(
+                f"port {port} on {host} is in use; pick another --port, or 0 for a free one"
+            ) from exc
+        raise EmulatorError(
+            f"cannot listen on {host}:{port}: {exc.strerror}; try --host 127.0.0.1 --port 0"
+        ) from exc
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+def load_backend(isolation: str | None) -> Backend:
+    """The isolation backend: the best available, or the level asked for."""
+    from pytest_e2b_env.emulator.isolation import select_backend
+
+    if isolation not in (None, "namespaces", "process"):
+        raise EmulatorError(f"isolation={isolation!r} is not a level; use 'namespaces', 'process' or None")
+    return select_backend(force=isolation)  # type: ignore[arg-type]  # checked just above
+
+
+class _DropNoise(logging.Filter):
+    """Hide uvicorn's complaint about responses the fault layer cuts on purpose."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "returned without completing response" not in record.getMessage()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal capture: :func:`serve` owns SIGINT/SIGTERM (exit 0)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def announce_lines(url: str, api_key: str) -> list[str]:
+    """The shell-sourceable lines printed first."""
+    return [f"E2B_API_URL={url}", f"E2B_SANDBOX_URL={url}", f"E2B_API_KEY={api_key}"]
+
+
+def serve(
+    sock: socket.socket,
+    backend: Backend,
+    api_key: str,
+    out: TextIO = sys.stdout,
+    on_ready: Callable[[], None] | None = None,
+) -> None:
+    """Announce on ``out``, then serve until SIGINT/SIGTERM; every sandbox is killed before returning."""
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{port}"
+    app = EmulatorApp(backend, api_key)
+    for line in announce_lines(url, api_key):
+        print(line, file=out)
+    print(f"# isolation={backend.level}: {backend.reason}", file=out)
+    out.flush()
+    logging.getLogger("uvicorn.error").addFilter(_DropNoise())
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        http="h11",
+        timeout_graceful_shutdown=2,
+        timeout_keep_alive=30,
+    )
+    server = _Server(config)
+    asyncio.run(_run(server, sock, app, on_ready))
+
+
+async def _run(
+    server: _Server, sock: socket.socket, app: EmulatorApp, on_ready: Callable[[], None] | None
+) -> None:
+    loop = asyncio.get_running_loop()
+    stopping: list[asyncio.Task[Any]] = []
+
+    def stop() -> None:
+        if stopping:  # a second signal: give up on grace
+            server.force_exit = True
+            return
+        stopping.append(asyncio.ensure_future(_stop(server, app)))
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        loop.add_signal_handler(sig, stop)
+    if on_ready is not None:
+        loop.call_soon(on_ready)
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        await app.registry.kill_all()
+        app.registry.kill_all_blocking()
+        close = getattr(app.backend, "close", None)
+        if close is not None:
+            close()
+
+
+async def _stop(server: _Server, app: EmulatorApp) -> None:
+    # sandboxes first, so open command streams end and the graceful shutdown is quick
+    await app.registry.kill_all()
+    server.should_exit = True
