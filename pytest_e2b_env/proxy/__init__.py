@@ -1,0 +1,216 @@
+"""The fault proxy: the emulator's wire fault layer and ledger in front of any E2B.
+
+Point the e2b SDK at the proxy (``api_url = sandbox_url = proxy.url``); it forwards the
+control plane to the upstream API and envd traffic to the upstream sandbox endpoint,
+streaming both ways, and applies the same fault rules as the emulator. With real E2B as
+the upstream, fault cases of the catalog run live::
+
+    with FaultProxy("https://api.e2b.app", api_key=os.environ["E2B_API_KEY"]) as proxy:
+        proxy.faults.add(route="DELETE /sandboxes/*", answer={"kill_fails": True})
+        sandbox = Sandbox.create(**proxy.sdk_opts())
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from pytest_e2b_env.emulator.faults import FaultMiddleware, FaultPlan, FaultRule
+from pytest_e2b_env.emulator.ledger import Ledger
+from pytest_e2b_env.emulator.routes import is_stream, route_of
+from pytest_e2b_env.errors import ConfigError, InfrastructureError
+from pytest_e2b_env.proxy.forward import Forwarder
+from pytest_e2b_env.proxy.recording import RecordingMiddleware
+from pytest_e2b_env.proxy.routing import domain_of_api_url
+from pytest_e2b_env.proxy.serve import ThreadedServer
+
+__all__ = ["FaultProxy", "ProxyFaults"]
+
+
+class ProxyFaults:
+    """``proxy.faults``: add and clear wire fault rules (same call shape as the emulator's)."""
+
+    def __init__(self, plan: FaultPlan) -> None:
+        self.plan = plan
+
+    def add(
+        self,
+        route: str = "*",
+        answer: Mapping[str, Any] | None = None,
+        times: int | None = 1,
+        sandbox: str | None = None,
+        contains: str | None = None,
+        after: int = 0,
+    ) -> str:
+        """Add a rule (validated; a bad one raises ConfigError naming the field) and return its id."""
+        try:
+            rule = FaultRule.model_validate(
+                {
+                    "route": route,
+                    "answer": dict(answer or {}),
+                    "times": times,
+                    "sandbox": sandbox,
+                    "contains": contains,
+                    "after": after,
+                }
+            )
+        except ValueError as exc:
+            raise ConfigError(f"bad fault rule for route {route!r}: {exc}") from None
+        return self.plan.add(rule)
+
+    def clear(self) -> None:
+        """Drop every rule."""
+        self.plan.clear()
+
+    def rules(self) -> list[dict[str, Any]]:
+        """Every rule with its id and its seen/fired counters."""
+        return self.plan.rules()
+
+
+class _UpstreamTarget:
+    """The fault layer's view of the upstream: classification, and losing a sandbox for real."""
+
+    def __init__(self, proxy: FaultProxy) -> None:
+        self.proxy = proxy
+
+    def route_of(self, method: str, path: str, headers: Mapping[str, str]) -> tuple[str, str | None]:
+        return route_of(method, path, headers)
+
+    def is_stream(self, template: str) -> bool:
+        return is_stream(template)
+
+    async def lose(self, sandbox_id: str) -> None:
+        # A real target cannot make a VM vanish; killing it through the API is the closest
+        # thing, and afterwards the edge answers exactly as for a lost sandbox (502 not found).
+        proxy = self.proxy
+        url = f"{proxy.upstream_api_url}/sandboxes/{sandbox_id}"
+        try:
+            response = await proxy._forwarder.client.delete(url, headers={"X-API-KEY": proxy.api_key})
+            detail = f"lose_sandbox: upstream kill answered {response.status_code}"
+        except Exception as exc:  # recorded, not raised: the request still gets its (faulted) answer
+            detail = f"lose_sandbox: upstream kill failed: {type(exc).__name__}"
+        proxy._ledger.record(
+            "fault", method="DELETE", route="DELETE /sandboxes/{id}", sandbox_id=sandbox_id, detail=detail
+        )
+
+
+class FaultProxy:
+    """A fault-injecting, recording forward proxy on a free loopback port (context manager).
+
+    ``upstream_api_url`` is the E2B API (``https://api.e2b.app``) or an emulator URL;
+    ``upstream_sandbox_url`` is the envd endpoint when it is fixed (an emulator: its URL);
+    leave it ``None`` for real E2B, where each sandbox's domain decides. ``api_key`` is the
+    upstream key, used only to kill a sandbox for a ``lose_sandbox`` fault and handed to the
+    SDK by :meth:`sdk_env` / :meth:`sdk_opts`; it is never logged.
+    """
+
+    def __init__(
+        self,
+        upstream_api_url: str,
+        upstream_sandbox_url: str | None = None,
+        *,
+        api_key: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        if not upstream_api_url.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"upstream_api_url={upstream_api_url!r} is not an http(s) URL. Example: https://api.e2b.app"
+            )
+        if upstream_sandbox_url is None and domain_of_api_url(upstream_api_url) is None:
+            raise ConfigError(
+                f"upstream_api_url={upstream_api_url!r} has no api.<domain> host, so the sandbox endpoint is "
+                "unknown; pass upstream_sandbox_url (for an emulator: its URL)"
+            )
+        if not api_key:
+            raise ConfigError(
+                "api_key is empty; pass the upstream's key (E2B_API_KEY, or the emulator's api_key)"
+            )
+        self.upstream_api_url = upstream_api_url.rstrip("/")
+        self.upstream_sandbox_url = upstream_sandbox_url.rstrip("/") if upstream_sandbox_url else None
+        self.api_key = api_key
+        self._domains: dict[str, str] = {}
+        self._domains_lock = threading.Lock()
+        self._default_domain = domain_of_api_url(self.upstream_api_url)
+        self._ledger = Ledger()
+        self._plan = FaultPlan()
+        self.faults = ProxyFaults(self._plan)
+        self._forwarder = Forwarder(
+            self.upstream_api_url, sandbox_url=self.upstream_sandbox_url, domain_for=self._domain_for
+        )
+        app = RecordingMiddleware(
+            FaultMiddleware(self._forwarder, self._plan, _UpstreamTarget(self)),
+            self._ledger,
+            on_sandbox=self._learn_domain,
+        )
+        self._server = ThreadedServer(app, host=host, port=port, name="fault proxy")
+        self._running = False
+
+    def __repr__(self) -> str:  # never shows the key
+        state = "running" if self._running else "stopped"
+        return f"<FaultProxy {self.url} -> {self.upstream_api_url} ({state})>"
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> FaultProxy:
+        """Start serving (``with FaultProxy(...)`` does this)."""
+        if not self._running:
+            self._server.start()
+            self._running = True
+        return self
+
+    def close(self) -> None:
+        """Stop serving and close upstream connections (idempotent). Sandboxes are left as they are."""
+        if not self._running:
+            return
+        self._running = False
+        # If the loop is already gone, its sockets went with it.
+        with contextlib.suppress(InfrastructureError, TimeoutError):
+            self._server.call(self._forwarder.aclose, timeout=10)
+        self._server.stop()
+
+    def __enter__(self) -> FaultProxy:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- the target contract shared with the emulator ---------------------------------------
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT``: both the API URL and the sandbox URL the SDK should use."""
+        return self._server.url
+
+    def sdk_env(self) -> dict[str, str]:
+        """Environment variables pointing the e2b SDK at the proxy."""
+        return {"E2B_API_URL": self.url, "E2B_SANDBOX_URL": self.url, "E2B_API_KEY": self.api_key}
+
+    def sdk_opts(self) -> dict[str, Any]:
+        """Keyword options for ``Sandbox.create(...)`` / ``e2b.E2B(...)`` pointing at the proxy."""
+        return {"api_key": self.api_key, "api_url": self.url, "sandbox_url": self.url}
+
+    def ledger_mark(self) -> int:
+        """A mark to pass to :meth:`ledger` to see only later entries."""
+        return self._ledger.mark()
+
+    def ledger(self, since: int = 0) -> list[dict[str, Any]]:
+        """Ledger entries since a mark, oldest first, in the emulator's format.
+
+        Each: ``{"seq", "t", "method", "route", "sandbox_id", "status", "op", "detail"}``; a
+        ``lose_sandbox`` fault adds an ``op="fault"`` entry for the upstream kill.
+        """
+        return self._ledger.since(since)
+
+    # -- sandbox domains (live E2B routes envd traffic by the domain create answered) -------
+
+    def _learn_domain(self, sandbox_id: str, domain: str | None) -> None:
+        if domain:
+            with self._domains_lock:
+                self._domains[sandbox_id] = domain
+
+    def _domain_for(self, sandbox_id: str) -> str | None:
+        with self._domains_lock:
+            return self._domains.get(sandbox_id, self._default_domain)

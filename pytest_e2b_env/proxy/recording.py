@@ -1,0 +1,109 @@
+"""Ledger recording for the fault proxy: one entry per request, in the emulator's format.
+
+Sits outside the fault middleware, so an injected answer is recorded with the status the SDK
+saw and the fault's label in ``detail``. Create and connect answers are small JSON documents;
+they are teed (never held back) to learn the new sandbox's id and domain.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from pytest_e2b_env.emulator.faults import SCOPE_FAULT, ASGIApp, Message, Receive, Scope, Send
+from pytest_e2b_env.emulator.ledger import Ledger, op_for
+from pytest_e2b_env.emulator.routes import route_of
+
+# Only these answers are parsed; anything larger is not a create/connect answer.
+_TEE_LIMIT = 64 * 1024
+_TEE_OPS = frozenset({"create", "connect"})
+
+
+def sandbox_of_answer(body: bytes) -> tuple[str | None, str | None]:
+    """``(sandboxID, domain)`` from a create/connect answer body, ``(None, None)`` if unparsable."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None, None
+    if not isinstance(doc, dict):
+        return None, None
+    sandbox_id, domain = doc.get("sandboxID"), doc.get("domain")
+    return (
+        sandbox_id if isinstance(sandbox_id, str) else None,
+        domain if isinstance(domain, str) and domain else None,
+    )
+
+
+def _content_length(headers: Any) -> int | None:
+    for name, value in headers:
+        if name.lower() == b"content-length" and value.strip().isdigit():
+            return int(value)
+    return None
+
+
+class RecordingMiddleware:
+    """Record every HTTP request passing through ``app`` into ``ledger``.
+
+    ``on_sandbox(sandbox_id, domain)`` is called for each create/connect answer that names a sandbox.
+    """
+
+    def __init__(
+        self, app: ASGIApp, ledger: Ledger, on_sandbox: Callable[[str, str | None], None] | None = None
+    ) -> None:
+        self.app = app
+        self.ledger = ledger
+        self.on_sandbox = on_sandbox
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        method, path = scope["method"], scope["path"]
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        template, sandbox_id = route_of(method, path, headers)
+        op = op_for(template)
+        tee = op in _TEE_OPS
+        state: dict[str, Any] = {"status": None, "recorded": False, "body": bytearray(), "length": None}
+
+        def record() -> None:
+            if state["recorded"]:
+                return
+            state["recorded"] = True
+            found = sandbox_id
+            if tee and state["status"] is not None and state["status"] < 300:
+                new_id, domain = sandbox_of_answer(bytes(state["body"]))
+                if new_id:
+                    found = new_id
+                    if self.on_sandbox is not None:
+                        self.on_sandbox(new_id, domain)
+            self.ledger.record(
+                op,
+                method=method,
+                route=template,
+                sandbox_id=found,
+                status=state["status"],
+                detail=str(scope.get(SCOPE_FAULT, "")),
+            )
+
+        async def recording_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                state["status"] = message["status"]
+                state["length"] = _content_length(message.get("headers", []))
+                if not tee:
+                    # Streams may stay open for minutes: record when the answer starts.
+                    record()
+            elif message["type"] == "http.response.body" and tee:
+                if len(state["body"]) < _TEE_LIMIT:
+                    state["body"] += message.get("body", b"")
+                # Record before the client can have the whole answer: a relayed body ends with
+                # an empty message that arrives after the client already read Content-Length bytes.
+                complete = state["length"] is not None and len(state["body"]) >= state["length"]
+                if complete or not message.get("more_body", False):
+                    record()
+            await send(message)
+
+        try:
+            await self.app(scope, receive, recording_send)
+        finally:
+            record()

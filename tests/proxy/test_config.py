@@ -1,0 +1,68 @@
+"""FaultProxy configuration: bad values are refused with the fix, the key never shows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pytest_e2b_env.errors import ConfigError
+from pytest_e2b_env.proxy import FaultProxy
+from pytest_e2b_env.proxy.forward import Forwarder
+
+
+def test_upstream_must_be_http() -> None:
+    """A non-URL upstream names the value and an example."""
+    with pytest.raises(ConfigError, match=r"upstream_api_url='api\.e2b\.app' is not an http\(s\) URL"):
+        FaultProxy("api.e2b.app", api_key="k")
+
+
+def test_sandbox_endpoint_must_be_derivable() -> None:
+    """Without api.<domain> or an explicit sandbox URL the error asks for upstream_sandbox_url."""
+    with pytest.raises(ConfigError, match="pass upstream_sandbox_url"):
+        FaultProxy("http://127.0.0.1:3000", api_key="k")
+
+
+def test_empty_key_is_refused() -> None:
+    """An empty key is refused before anything starts."""
+    with pytest.raises(ConfigError, match="api_key is empty"):
+        FaultProxy("https://api.e2b.app", api_key="")
+
+
+def test_key_never_in_repr(upstream: Any) -> None:
+    """repr() shows URLs and state, never the key; sdk_env points everything at the proxy."""
+    secret = "e2b_" + "s3cr3t" * 4
+    with FaultProxy(upstream.url, upstream.url, api_key=secret) as proxy:
+        assert secret not in repr(proxy)
+        env = proxy.sdk_env()
+        assert env == {"E2B_API_URL": proxy.url, "E2B_SANDBOX_URL": proxy.url, "E2B_API_KEY": secret}
+        assert proxy.url.startswith("http://127.0.0.1:")
+    assert "stopped" in repr(proxy)
+
+
+def _scope(path: str, headers: list[tuple[str, str]], query: str = "") -> dict[str, Any]:
+    return {
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query.encode(),
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers],
+    }
+
+
+def test_live_routing_uses_each_sandbox_domain() -> None:
+    """Live: control plane to the API, envd to the edge of the domain create answered."""
+    domains = {"i1": "e2b.app", "i2": "sbx.example.org"}
+    forwarder = Forwarder("https://api.e2b.app", sandbox_url=None, domain_for=domains.get)
+    assert forwarder.upstream_url(_scope("/v2/sandboxes", [])) == "https://api.e2b.app/v2/sandboxes"
+    envd = [("E2b-Sandbox-Id", "i1"), ("E2b-Sandbox-Port", "49983")]
+    assert (
+        forwarder.upstream_url(_scope("/files", envd, "path=%2Ftmp%2Fa"))
+        == "https://sandbox.e2b.app/files?path=%2Ftmp%2Fa"
+    )
+    self_hosted = [("E2b-Sandbox-Id", "i2"), ("E2b-Sandbox-Port", "49983")]
+    assert (
+        forwarder.upstream_url(_scope("/process.Process/Start", self_hosted))
+        == "https://49983-i2.sbx.example.org/process.Process/Start"
+    )

@@ -1,0 +1,148 @@
+"""Every wire fault kind, injected by the proxy, reaches the real SDK as E2B would send it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from e2b.exceptions import (
+    AuthenticationException,
+    RateLimitException,
+    SandboxException,
+    SandboxNotRunningException,
+    ServiceBusyException,
+)
+
+from pytest_e2b_env.errors import ConfigError
+from pytest_e2b_env.proxy import FaultProxy
+
+RUN = {"pytest_e2b_env_run": "proxy-fault-tests", "role": "test"}
+
+
+def _alive(upstream: Any) -> set[str]:
+    return {s["sandbox_id"] for s in upstream.sandboxes()}
+
+
+async def test_429_on_create_is_retried_by_the_sdk(proxy: FaultProxy, sdk: Any) -> None:
+    """One 429 with Retry-After on create: the SDK waits, retries and gets a sandbox."""
+    mark = proxy.ledger_mark()
+    proxy.faults.add(route="POST /v2/sandboxes", answer={"status": 429, "retry_after": 0}, times=1)
+    sandbox = await sdk.AsyncSandbox.create(timeout=60, metadata=RUN)
+    await sandbox.kill()
+    creates = [(e["status"], e["detail"]) for e in proxy.ledger(since=mark) if e["op"] == "create"]
+    assert creates[0][0] == 429
+    assert "status 429" in creates[0][1]
+    assert creates[1] == (201, "")
+
+
+async def test_429_exhausted_raises_rate_limit(proxy: FaultProxy, sdk: Any, upstream: Any) -> None:
+    """429 on every attempt: RateLimitException, and no sandbox was created upstream."""
+    before = _alive(upstream)
+    proxy.faults.add(route="POST /v2/sandboxes", answer={"status": 429, "retry_after": 0}, times=None)
+    with pytest.raises(RateLimitException):
+        await sdk.AsyncSandbox.create(timeout=60, metadata=RUN)
+    assert _alive(upstream) == before
+
+
+@pytest.mark.parametrize(
+    ("status", "exception"),
+    [(401, AuthenticationException), (503, ServiceBusyException), (500, SandboxException)],
+)
+async def test_error_status_on_create(
+    proxy: FaultProxy, sdk: Any, status: int, exception: type[Exception]
+) -> None:
+    """An injected error status maps to the SDK's own exception for it."""
+    proxy.faults.add(route="POST /v2/sandboxes", answer={"status": status}, times=None)
+    with pytest.raises(exception):
+        await sdk.AsyncSandbox.create(timeout=60, metadata=RUN, retries=0)
+
+
+async def test_lose_sandbox_mid_command(proxy: FaultProxy, sdk: Any, upstream: Any) -> None:
+    """lose_sandbox on Start kills the sandbox upstream mid-command; the SDK sees it not running."""
+    sandbox = await sdk.AsyncSandbox.create(timeout=120, metadata=RUN)
+    mark = proxy.ledger_mark()
+    proxy.faults.add(route="POST /process.Process/Start", answer={"lose_sandbox": True}, contains="sleep 20")
+    with pytest.raises(SandboxNotRunningException):
+        await sandbox.commands.run("echo started; sleep 20; echo never")
+    assert sandbox.sandbox_id not in _alive(upstream)
+    entries = proxy.ledger(since=mark)
+    fault = [e for e in entries if e["op"] == "fault"]
+    assert fault
+    assert fault[0]["sandbox_id"] == sandbox.sandbox_id
+    assert "upstream kill answered 204" in fault[0]["detail"]
+    assert next(e["detail"] for e in entries if e["op"] == "run").endswith("lose_sandbox")
+
+
+async def test_lose_sandbox_on_file_read(proxy: FaultProxy, sdk: Any, upstream: Any) -> None:
+    """lose_sandbox on a unary envd call answers 502 'not found' as the E2B edge does."""
+    sandbox = await sdk.AsyncSandbox.create(timeout=120, metadata=RUN)
+    await sandbox.files.write("x.txt", "x")
+    proxy.faults.add(route="GET /files", answer={"lose_sandbox": True}, sandbox=sandbox.sandbox_id)
+    with pytest.raises(SandboxNotRunningException):
+        await sandbox.files.read("x.txt")
+    assert sandbox.sandbox_id not in _alive(upstream)
+
+
+async def test_kill_fails_leaves_the_sandbox_running(proxy: FaultProxy, sdk: Any, upstream: Any) -> None:
+    """kill_fails answers 500 on DELETE; the sandbox keeps running until a later kill."""
+    sandbox = await sdk.AsyncSandbox.create(timeout=120, metadata=RUN)
+    proxy.faults.add(route="DELETE /sandboxes/*", answer={"kill_fails": True}, times=1)
+    with pytest.raises(SandboxException) as info:
+        await sandbox.kill()
+    assert info.value.status_code == 500
+    assert sandbox.sandbox_id in _alive(upstream)
+    assert await sandbox.kill() is True
+    assert sandbox.sandbox_id not in _alive(upstream)
+
+
+async def test_delay_passes_through(proxy: FaultProxy, sdk: Any) -> None:
+    """A delay fault holds the request, then the real answer arrives."""
+    sandbox = await sdk.AsyncSandbox.create(timeout=120, metadata=RUN)
+    try:
+        mark = proxy.ledger_mark()
+        proxy.faults.add(route="POST /process.Process/Start", answer={"delay": 0.2})
+        assert (await sandbox.commands.run("echo late")).stdout == "late\n"
+        assert [e["detail"] for e in proxy.ledger(since=mark)] == ["f1: delay 0.2s"]
+    finally:
+        await sandbox.kill()
+
+
+async def test_drop_stream_cuts_the_command(proxy: FaultProxy, sdk: Any) -> None:
+    """drop_stream cuts a command stream after its first event; the sandbox itself survives."""
+    sandbox = await sdk.AsyncSandbox.create(timeout=120, metadata=RUN)
+    try:
+        proxy.faults.add(route="POST /process.Process/Start", answer={"drop_stream": True})
+        with pytest.raises(SandboxException):
+            await sandbox.commands.run("echo a; sleep 1; echo b")
+        assert await sandbox.is_running()
+        assert (await sandbox.commands.run("echo ok")).stdout == "ok\n"
+    finally:
+        await sandbox.kill()
+
+
+async def test_rules_filter_by_sandbox_and_skip_after(proxy: FaultProxy, sdk: Any) -> None:
+    """'sandbox' limits a rule to one sandbox and 'after' lets the first N matches pass."""
+    first = await sdk.AsyncSandbox.create(timeout=120, metadata=RUN)
+    second = await sdk.AsyncSandbox.create(timeout=120, metadata=RUN)
+    try:
+        proxy.faults.add(
+            route="POST /process.Process/Start", answer={"status": 500}, sandbox=first.sandbox_id, after=1
+        )
+        assert (await second.commands.run("echo 2")).stdout == "2\n"
+        assert (await first.commands.run("echo 1")).stdout == "1\n"  # skipped by after=1
+        with pytest.raises(SandboxException):
+            await first.commands.run("echo 1")
+        assert (await first.commands.run("echo again")).stdout == "again\n"  # times=1 used up
+        assert [r["fired"] for r in proxy.faults.rules()] == [1]
+    finally:
+        await first.kill()
+        await second.kill()
+
+
+def test_bad_rule_is_rejected_with_the_fix(proxy: FaultProxy) -> None:
+    """A malformed fault answer is a ConfigError that shows a valid example."""
+    with pytest.raises(ConfigError, match=r"exactly one of status.*e\.g\."):
+        proxy.faults.add(route="*", answer={"status": 429, "lose_sandbox": True})
+    proxy.faults.add(route="*", answer={"status": 503})
+    proxy.faults.clear()
+    assert proxy.faults.rules() == []
