@@ -1,0 +1,27 @@
+"""Reference reward code: a pool of E2B worker sandboxes scoring generated programs for TRL GRPO.
+
+``RewardPool(...).code_reward`` is TRL's async custom reward; ``reward_subject`` is the catalog's
+subject factory for it. The in-sandbox ``runner.py`` and ``probe.py`` are package data.
+"""
+
+from __future__ import annotations
+
+from pytest_e2b_env.reward.extract import Extracted, extract_code
+from pytest_e2b_env.reward.grading import grade_output, parse_strict, typed_equal
+from pytest_e2b_env.reward.pool import RewardPool
+from pytest_e2b_env.reward.protocol import Isolation, Limits
+from pytest_e2b_env.reward.subject import reward_subject
+from pytest_e2b_env.reward.workers import PreflightError
+
+__all__ = [
+    "Extracted",
+    "Isolation",
+    "Limits",
+    "PreflightError",
+    "RewardPool",
+    "extract_code",
+    "grade_output",
+    "parse_strict",
+    "reward_subject",
+    "typed_equal",
+]

@@ -1,0 +1,488 @@
+"""RewardPool: TRL's async code reward on a pool of reusable, preflighted E2B worker sandboxes.
+
+Failure policy in one place:
+
+* the candidate's own behaviour (no code, syntax, exit, timeout, output) scores 0 with a reason;
+* a transient infrastructure fault (lost worker, 5xx, rate limit, transport timeout, a broken
+  runner) gets one retry on a replacement worker; creation gets two attempts (the SDK already
+  honours ``Retry-After`` on 429 inside each);
+* authentication or configuration errors, a failed preflight, exhausted retries, cancellation
+  and heartbeat auth failures raise :class:`InfrastructureError` and poison the pool: every
+  later call raises too, and no score is ever produced from a failure;
+* ``close()`` kills every worker, sweeps by run-id metadata and raises :class:`CleanupError`
+  naming the ids it could not confirm gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import os
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from pytest_e2b_env.errors import CleanupError, ConfigError, InfrastructureError
+from pytest_e2b_env.reward.extract import extract_code
+from pytest_e2b_env.reward.grading import BadJSON, grade_output, parse_strict
+from pytest_e2b_env.reward.preflight import check_preflight
+from pytest_e2b_env.reward.protocol import Isolation, Limits, Payload, ProtocolError, case_output
+from pytest_e2b_env.reward.records import CandidateRecord, CaseRecord, Counters, digest, percentile
+from pytest_e2b_env.reward.workers import (
+    PreflightError,
+    Worker,
+    WorkerClient,
+    describe,
+    is_transient,
+    probe_source,
+)
+
+_REPLACE = "replace"  # a slot whose worker was discarded: the next borrower creates a replacement
+Cases = list[tuple[bytes, Any]]
+
+
+def _run_id(run_id: str | None) -> str:
+    return run_id or os.environ.get("PYTEST_E2B_ENV_RUN") or uuid.uuid4().hex[:12]
+
+
+def validate_batch(completions: Sequence[Any], test_cases: Sequence[Any]) -> list[Cases]:
+    """Inputs as bytes and expected values per completion; :class:`ConfigError` names the bad one."""
+    if len(completions) != len(test_cases):
+        raise ConfigError(
+            f"{len(completions)} completions but {len(test_cases)} test_cases lists; "
+            "TRL passes one test_cases entry per completion (a dataset column named test_cases)"
+        )
+    batch: list[Cases] = []
+    for i, cases in enumerate(test_cases):
+        if not isinstance(cases, list | tuple) or not cases:
+            raise ConfigError(
+                f"test_cases[{i}] must be a non-empty list of {{'input', 'output'}}, got {cases!r:.80}"
+            )
+        parsed: Cases = []
+        for j, case in enumerate(cases):
+            if not isinstance(case, dict) or not isinstance(case.get("input"), str):
+                raise ConfigError(f"test_cases[{i}][{j}] needs an 'input' JSON string, got {case!r:.80}")
+            if not isinstance(case.get("output"), str):
+                raise ConfigError(f"test_cases[{i}][{j}] needs an 'output' JSON string, got {case!r:.80}")
+            try:
+                parse_strict(case["input"])
+                expected = parse_strict(case["output"])
+            except BadJSON as exc:
+                raise ConfigError(
+                    f"test_cases[{i}][{j}] is not strict JSON ({exc}); fix the dataset"
+                ) from None
+            parsed.append((case["input"].encode("utf-8"), expected))
+        batch.append(parsed)
+    return batch
+
+
+class RewardPool:
+    """A pool of worker sandboxes scoring generated programs for TRL (``reward_funcs=pool.code_reward``)."""
+
+    def __init__(
+        self,
+        workers: int = 2,
+        create_interval: float = 1.0,
+        case_seconds: float = 2.0,
+        *,
+        template: str = "base",
+        run_id: str | None = None,
+        lifetime_seconds: int = 600,
+        api_opts: dict[str, Any] | None = None,
+        request_timeout: float = 15.0,
+        renew_every: float | None = None,
+        limits: Limits | None = None,
+        isolation: Isolation | None = None,
+        ledger_size: int = 10_000,
+    ) -> None:
+        if not isinstance(workers, int) or workers < 1:
+            raise ConfigError(f"workers={workers!r} must be an integer >= 1, e.g. workers=2")
+        if create_interval < 0:
+            raise ConfigError(
+                f"create_interval={create_interval!r} must be >= 0 seconds (E2B Hobby allows 1/s)"
+            )
+        if not 0 < case_seconds <= 60:
+            raise ConfigError(f"case_seconds={case_seconds!r} must be in (0, 60], e.g. 2.0")
+        if lifetime_seconds < 30:
+            raise ConfigError(f"lifetime_seconds={lifetime_seconds!r} must be >= 30, e.g. 600")
+        self.workers = workers
+        self.create_interval = float(create_interval)
+        self.case_seconds = float(case_seconds)
+        self.run_id = _run_id(run_id)
+        self.limits = limits or Limits()
+        self.isolation = isolation or Isolation()
+        self.renew_every = float(renew_every or lifetime_seconds / 3)
+        self._client = WorkerClient(
+            template=template,
+            run_id=self.run_id,
+            lifetime_seconds=int(lifetime_seconds),
+            request_timeout=request_timeout,
+            api_opts=api_opts,
+        )
+        self._counters = Counters()
+        self._ledger: collections.deque[dict[str, Any]] = collections.deque(maxlen=ledger_size)
+        self._owned: dict[str, Worker] = {}
+        self.cleanup: list[dict[str, Any]] = []
+        self.kill_failures: dict[str, str] = {}
+        self._slots: asyncio.Queue[Worker | str | None] | None = None
+        self._pace_lock: asyncio.Lock | None = None
+        self._next_create = 0.0
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._failure: BaseException | None = None
+        self._closed = False
+
+    # ----------------------------------------------------------------- public surface
+    @property
+    def ledger(self) -> list[dict[str, Any]]:
+        """Per-candidate records (most recent ``ledger_size``), in evaluation order."""
+        return list(self._ledger)
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        """Counters, queue wait vs execution, worker-seconds estimate and latency percentiles."""
+        c = self._counters
+        now = time.monotonic()
+        live = sum(now - w.created_mono for w in self._owned.values())
+        busy = c.queue_seconds + c.exec_seconds
+        return {
+            "run_id": self.run_id,
+            "workers_created": c.created,
+            "workers_replaced": c.replaced,
+            "workers_owned": len(self._owned),
+            "infrastructure_retries": c.retries,
+            "create_attempts": c.create_attempts,
+            "renewals": c.renewals,
+            "renewal_failures": c.renewal_failures,
+            "candidates": c.candidates,
+            "cases": c.cases,
+            "reasons": dict(c.reasons),
+            "queue_seconds": round(c.queue_seconds, 6),
+            "execution_seconds": round(c.exec_seconds, 6),
+            "queue_share": round(c.queue_seconds / busy, 4) if busy else 0.0,
+            "worker_seconds_estimate": round(c.closed_worker_seconds + live, 3),
+            "candidate_seconds_p50": percentile(c.candidate_seconds, 50),
+            "candidate_seconds_p95": percentile(c.candidate_seconds, 95),
+            "preflight_seconds_p50": percentile(c.preflight_seconds, 50),
+            "poisoned": self._failure is not None,
+            "kill_failures": dict(self.kill_failures),
+        }
+
+    async def code_reward(self, completions: list[Any], test_cases: list[Any], **kwargs: Any) -> list[float]:
+        """TRL reward: one float in [0, 1] per completion, in completion order; raises on infrastructure."""
+        self._check_usable()
+        started = time.monotonic()
+        batch = validate_batch(completions, test_cases)
+        scores = [0.0] * len(completions)
+        jobs: dict[int, asyncio.Task[CandidateRecord]] = {}
+        for i, completion in enumerate(completions):
+            extracted = extract_code(completion)
+            if extracted.code is None:
+                record = CandidateRecord(i, 0.0, extracted.reason, extracted.detail)
+                self._commit(record)
+                continue
+            self._bind_loop()
+            jobs[i] = asyncio.create_task(self._evaluate(i, extracted.code, batch[i]))
+        if jobs:
+            try:
+                results = await asyncio.gather(*jobs.values(), return_exceptions=True)
+            except BaseException as exc:  # cancellation: remote work cannot be certified stopped
+                self._poison(
+                    InfrastructureError("reward call was cancelled mid-batch; the pool is poisoned"), exc
+                )
+                raise
+            failures = [r for r in results if isinstance(r, BaseException)]
+            if failures:
+                first = failures[0]
+                error = first if isinstance(first, InfrastructureError) else None
+                self._poison(
+                    error or InfrastructureError(f"reward evaluation failed: {describe(first)}"), first
+                )
+                assert self._failure is not None
+                raise self._failure
+            for i, result in zip(jobs, results, strict=True):
+                assert isinstance(result, CandidateRecord)
+                scores[i] = result.score
+        self._check_usable()  # a heartbeat failure meanwhile means these scores are not trusted
+        log_metric = kwargs.get("log_metric")
+        if callable(log_metric):
+            log_metric("e2b/reward_seconds", time.monotonic() - started)
+            log_metric("e2b/worker_seconds_estimate", self.metrics["worker_seconds_estimate"])
+        return scores
+
+    async def close(self) -> None:
+        """Kill every worker, sweep the run's metadata; :class:`CleanupError` with unresolved ids."""
+        loop = self._loop
+        if loop is not None and loop is not asyncio.get_running_loop():
+            if not loop.is_running():
+                raise InfrastructureError(
+                    "close the reward pool before its event loop stops (TRL's reward loop)"
+                )
+            future = asyncio.run_coroutine_threadsafe(self.close(), loop)
+            await asyncio.wrap_future(future)
+            return
+        self._closed = True
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            await asyncio.gather(self._heartbeat, return_exceptions=True)
+            self._heartbeat = None
+        if self._loop is None:
+            return  # never created anything
+        owned = list(self._owned.values())
+        await asyncio.gather(*(self._discard(w) for w in owned))
+        try:
+            remaining = await self._client.sweep()
+        except Exception as exc:
+            ids = sorted(self._owned)
+            raise CleanupError(
+                f"reward pool run {self.run_id}: sweep failed ({describe(exc)})", ids=ids
+            ) from exc
+        unresolved = sorted(set(remaining) | set(self._owned))
+        for sandbox_id in unresolved:
+            self.cleanup.append(
+                {
+                    "sandbox_id": sandbox_id,
+                    "role": "reward-worker",
+                    "confirmed_absent_at": None,
+                    "error": self.kill_failures.get(sandbox_id, "still listed after kill"),
+                }
+            )
+        if unresolved:
+            raise CleanupError(
+                f"reward pool run {self.run_id}: {len(unresolved)} worker(s) not confirmed gone; "
+                f"run 'pytest-e2b-env reap --run-id {self.run_id}'",
+                ids=unresolved,
+            )
+
+    # ----------------------------------------------------------------- evaluation
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise InfrastructureError("reward pool is closed; create a new RewardPool")
+        if self._failure is not None:
+            raise InfrastructureError(f"reward pool is unusable after: {self._failure}") from self._failure
+
+    def _poison(self, error: InfrastructureError, cause: BaseException) -> None:
+        if self._failure is None:
+            error.__cause__ = cause if cause is not error else cause.__cause__
+            self._failure = error
+
+    def _bind_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+            self._slots = asyncio.Queue()
+            for _ in range(self.workers):
+                self._slots.put_nowait(None)
+            self._pace_lock = asyncio.Lock()
+        elif self._loop is not loop:
+            raise InfrastructureError("a RewardPool serves one event loop; create one pool per loop")
+
+    def _commit(self, record: CandidateRecord) -> None:
+        self._counters.candidates += 1
+        self._counters.count_reason(record.reason or "passed")
+        self._ledger.append(record.as_dict())
+
+    async def _evaluate(self, index: int, code: str, cases: Cases) -> CandidateRecord:
+        record = CandidateRecord(index, 0.0, None)
+        assert self._slots is not None
+        command_timeout = len(cases) * (self.case_seconds + 3) + 20
+        for attempt in (1, 2):
+            record.attempts = attempt
+            waited = time.monotonic()
+            slot = await self._slots.get()
+            record.queue_seconds += time.monotonic() - waited
+            keep: Worker | str | None = slot
+            try:
+                if not isinstance(slot, Worker) or slot.lost:
+                    if isinstance(slot, Worker):
+                        await self._discard(slot)
+                    keep = _REPLACE
+                    slot = await self._new_worker(replacing=slot is not None)
+                    keep = slot
+                self._check_usable()
+                record.worker_id = slot.sandbox_id
+                if time.monotonic() - slot.renewed_mono > self.renew_every:
+                    await self._client.renew(slot)
+                    self._counters.renewals += 1
+                payload = Payload(
+                    "run",
+                    code.encode(),
+                    [c[0] for c in cases],
+                    self.case_seconds,
+                    self.limits,
+                    self.isolation,
+                )
+                ran = time.monotonic()
+                answer = await self._client.run(slot, payload, command_timeout)
+                record.exec_seconds += time.monotonic() - ran
+                slot.uses += 1
+                self._grade(record, answer, cases)
+                self._counters.queue_seconds += record.queue_seconds
+                self._counters.exec_seconds += record.exec_seconds
+                self._counters.candidate_seconds.append(record.queue_seconds + record.exec_seconds)
+                self._commit(record)
+                return record
+            except asyncio.CancelledError:
+                if isinstance(slot, Worker):
+                    slot.lost = True  # its command may still run remotely: never reuse it
+                raise
+            except InfrastructureError:
+                raise
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise InfrastructureError(f"candidate {index}: {describe(exc)} (not retried)") from exc
+                record.errors.append(describe(exc))
+                if isinstance(slot, Worker):
+                    keep = _REPLACE
+                    await self._discard(slot)
+                if attempt == 2:
+                    raise InfrastructureError(
+                        f"candidate {index}: worker failed twice ({'; '.join(record.errors)}); no score"
+                    ) from exc
+                self._counters.retries += 1
+            finally:
+                self._slots.put_nowait(keep)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _grade(self, record: CandidateRecord, answer: dict[str, Any], cases: Cases) -> None:
+        results = answer.get("cases")
+        if not isinstance(results, list) or len(results) != len(cases):
+            raise ProtocolError(f"runner returned {len(results or [])} case records for {len(cases)} cases")
+        passed = 0
+        for result, (_, expected) in zip(results, cases, strict=True):
+            if result.get("setup_error"):
+                raise ProtocolError(f"runner could not isolate a case: {str(result['setup_error'])[:200]}")
+            output = case_output(result)
+            reason = grade_output(
+                result.get("exit_code"),
+                bool(result.get("timed_out")),
+                output,
+                bool(result.get("output_truncated")),
+                expected,
+            )
+            passed += reason == "passed"
+            record.cases.append(
+                CaseRecord(
+                    reason, result.get("exit_code"), result.get("seconds"), len(output), digest(output)
+                )
+            )
+            self._counters.cases += 1
+        record.score = passed / len(cases)
+        failed = [c.reason for c in record.cases if c.reason != "passed"]
+        record.reason = failed[0] if failed else None
+
+    # ----------------------------------------------------------------- workers
+    async def _pace(self) -> None:
+        assert self._pace_lock is not None
+        async with self._pace_lock:
+            now = time.monotonic()
+            start = max(now, self._next_create)
+            self._next_create = start + self.create_interval
+        if start > now:
+            await asyncio.sleep(start - now)
+
+    async def _new_worker(self, replacing: bool) -> Worker:
+        last: Exception | None = None
+        for attempt in (1, 2):
+            await self._pace()
+            self._counters.create_attempts += 1
+            try:
+                worker = await self._client.create()
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise InfrastructureError(f"worker creation refused: {describe(exc)}") from exc
+                last = exc
+                if attempt == 1:
+                    self._counters.retries += 1
+                    await asyncio.sleep(max(self.create_interval, 0.5))
+                continue
+            self._owned[worker.sandbox_id] = worker
+            self._counters.created += 1
+            self._counters.replaced += replacing
+            if self._heartbeat is None:
+                self._heartbeat = asyncio.create_task(self._keep_alive())
+            try:
+                await self._preflight(worker)
+            except PreflightError:
+                raise
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise InfrastructureError(
+                        f"worker {worker.sandbox_id} setup failed: {describe(exc)}"
+                    ) from exc
+                last = exc
+                await self._discard(worker)
+                continue
+            return worker
+        assert last is not None
+        raise InfrastructureError(
+            f"could not create a working worker in 2 attempts: {describe(last)}"
+        ) from last
+
+    async def _preflight(self, worker: Worker) -> None:
+        payload = Payload("preflight", probe_source(), [], 5.0, self.limits, self.isolation)
+        started = time.monotonic()
+        try:
+            answer = await self._client.install_and_preflight(worker, payload)
+        except ProtocolError as exc:
+            raise PreflightError(
+                f"worker {worker.sandbox_id} cannot build the case isolation ({exc}); "
+                "the pool never falls back to weaker isolation"
+            ) from exc
+        self._counters.preflight_seconds.append(time.monotonic() - started)
+        worker.preflight = check_preflight(worker.sandbox_id, answer, self.limits)
+
+    async def _discard(self, worker: Worker) -> None:
+        """Kill one worker; a failed kill keeps it owned (close retries, then reports it)."""
+        try:
+            await self._client.kill(worker.sandbox_id)
+        except Exception as exc:
+            self.kill_failures[worker.sandbox_id] = describe(exc)
+            worker.lost = True
+            return
+        if self._owned.pop(worker.sandbox_id, None) is not None:
+            self._counters.killed += 1
+            self._counters.closed_worker_seconds += time.monotonic() - worker.created_mono
+            self.cleanup.append(
+                {
+                    "sandbox_id": worker.sandbox_id,
+                    "role": "reward-worker",
+                    "created_at": worker.created_wall,
+                    "confirmed_absent_at": time.time(),
+                    "error": None,
+                }
+            )
+
+    async def _keep_alive(self) -> None:
+        """Renew every worker's lifetime; transient failures are retried, auth failures poison."""
+        while True:
+            await asyncio.sleep(self.renew_every)
+            for worker in list(self._owned.values()):
+                if worker.lost or time.monotonic() - worker.renewed_mono < self.renew_every * 0.5:
+                    continue
+                await self._renew_with_retry(worker)
+
+    async def _renew_with_retry(self, worker: Worker, attempts: int = 3) -> None:
+        for attempt in range(1, attempts + 1):
+            try:
+                await self._client.renew(worker)
+                self._counters.renewals += 1
+                return
+            except Exception as exc:
+                self._counters.renewal_failures += 1
+                if not is_transient(exc):
+                    self._poison(
+                        InfrastructureError(f"worker lifetime renewal refused: {describe(exc)}"), exc
+                    )
+                    return
+                if attempt == attempts or "NotFound" in type(exc).__name__:
+                    worker.lost = True  # replaced on its next borrow; not fatal for the pool
+                    return
+                await asyncio.sleep(min(0.5 * attempt, self.renew_every / 4))
+
+
+def dumps_metrics(pool: RewardPool) -> str:
+    """The pool's metrics as one JSON line (for logs and smoke receipts)."""
+    return json.dumps(pool.metrics, sort_keys=True)

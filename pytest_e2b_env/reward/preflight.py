@@ -1,0 +1,68 @@
+"""Judging the isolation preflight a new worker runs before it may evaluate any candidate.
+
+The set of required checks is fixed here, independent of how the pool was configured: a pool
+configured (or a template built) with weaker isolation fails this, it never degrades.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pytest_e2b_env.reward.protocol import Limits, case_output
+from pytest_e2b_env.reward.workers import PreflightError
+
+# Checks the probe reports from inside a case sandbox.
+INSIDE = (
+    "uid_nobody",
+    "no_groups",
+    "root_readonly",
+    "writes_blocked",
+    "pid_namespace",
+    "tmp_writable",
+    "net_namespace",
+    "only_loopback",
+    "loopback_unreachable",
+    "egress_unreachable",
+    "no_new_privs",
+    "no_capabilities",
+    "rlimits_set",
+    "fsize_enforced",
+    "daemon_started",
+)
+# Checks the runner makes from outside after the probe ended.
+OUTSIDE = ("tmp_private", "shm_private", "daemon_reaped", "deadline_kills")
+# Ceilings no configuration may exceed and still pass.
+MAX_NPROC = 256
+MAX_FSIZE = 64 << 20
+MAX_ADDRESS_SPACE = 4 << 30
+
+
+def check_preflight(sandbox_id: str, answer: dict[str, Any], limits: Limits) -> dict[str, bool]:
+    """Every check by name; :class:`PreflightError` naming the failed ones."""
+    probe = answer.get("probe") or {}
+    checks: dict[str, bool] = {}
+    try:
+        reported = json.loads(case_output(probe).decode("utf-8"))["checks"]
+    except (ValueError, KeyError, TypeError):
+        reported = {}
+    for name in INSIDE:
+        checks[name] = reported.get(name) is True
+    outside = answer.get("outside") or {}
+    for name in OUTSIDE:
+        checks[name] = outside.get(name) is True
+    checks["probe_exit_zero"] = probe.get("exit_code") == 0 and not probe.get("timed_out")
+    checks["limits_within_ceilings"] = (
+        0 < limits.nproc <= MAX_NPROC
+        and 0 < limits.fsize_bytes <= MAX_FSIZE
+        and 0 < limits.address_space_bytes <= MAX_ADDRESS_SPACE
+        and limits.output_bytes <= 65536
+    )
+    failed = sorted(name for name, ok in checks.items() if not ok)
+    if failed:
+        raise PreflightError(
+            f"worker {sandbox_id} failed the isolation preflight ({', '.join(failed)}); "
+            "the pool never falls back to weaker isolation: use a template with unshare, setpriv-capable "
+            "root and /usr/bin/python3, or report the failed checks"
+        )
+    return checks

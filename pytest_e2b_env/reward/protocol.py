@@ -1,0 +1,131 @@
+"""The host side of the runner protocol: limits, the one-command payload, and answer parsing.
+
+One candidate costs one ``commands.run``: the command starts the installed runner with a
+quoted heredoc on stdin holding a JSON header line, the program and the case inputs (the
+program stays readable in the command text). The runner answers one JSON line. Expected
+outputs are not part of the payload, ever.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from typing import Any
+
+REMOTE_DIR = "/opt/pytest-e2b-env/reward"
+RUNNER = f"{REMOTE_DIR}/runner.py"
+PYTHON = "/usr/bin/python3"
+# bash -c takes the command as one argv string; Linux caps a single string at 128 KiB.
+MAX_COMMAND_BYTES = 120_000
+
+
+class ProtocolError(Exception):
+    """The runner's answer is missing or malformed: the worker is broken (infrastructure)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-case resource limits applied inside the worker (see docs/reward.md)."""
+
+    nproc: int = 32
+    fsize_bytes: int = 1 << 20
+    address_space_bytes: int = 512 << 20
+    nofile: int = 256
+    scratch_bytes: int = 16 << 20
+    output_bytes: int = 65536
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """Which isolation layers the runner builds. All on is the only supported setting.
+
+    This is a test seam: switching a layer off lets a test prove that the preflight notices
+    and aborts. The preflight always checks the full set, whatever is configured here.
+    """
+
+    readonly_root: bool = True
+    pid: bool = True
+    network: bool = True
+    drop_privileges: bool = True
+    no_new_privs: bool = True
+
+
+@dataclass
+class Payload:
+    """One runner invocation: header fields plus the program and inputs as bytes."""
+
+    mode: str
+    code: bytes
+    inputs: list[bytes]
+    case_seconds: float
+    limits: Limits = field(default_factory=Limits)
+    isolation: Isolation = field(default_factory=Isolation)
+    nonce: str = field(default_factory=lambda: secrets.token_hex(8))
+
+    def header(self) -> dict[str, Any]:
+        limits = asdict(self.limits)
+        limits["cpu_seconds"] = int(self.case_seconds) + 2
+        isolation = asdict(self.isolation)
+        isolation.update(mount_private=True, private_tmp=True)
+        return {
+            "nonce": self.nonce,
+            "mode": self.mode,
+            "case_seconds": self.case_seconds,
+            "limits": limits,
+            "isolation": isolation,
+            "code_bytes": len(self.code),
+            "input_bytes": [len(item) for item in self.inputs],
+        }
+
+    def stdin(self) -> bytes:
+        return json.dumps(self.header()).encode() + b"\n" + self.code + b"".join(self.inputs)
+
+
+def heredoc_command(program: str, stdin: bytes, prefix: str = "") -> str:
+    """``prefix`` then ``python3 program`` fed ``stdin`` by a quoted heredoc (taken literally).
+
+    The runner reads exact byte counts from its header, so the newline bash appends is ignored.
+    """
+    text = stdin.decode("utf-8")
+    delimiter = "PE2B_EOF_" + secrets.token_hex(8)
+    while delimiter in text:  # pragma: no cover - 64 random bits
+        delimiter = "PE2B_EOF_" + secrets.token_hex(8)
+    return f"{prefix}{PYTHON} -I -B {program} <<'{delimiter}'\n{text}\n{delimiter}\n"
+
+
+def resource_text(name: str) -> str:
+    """The text of a package-data file shipped next to this module (runner.py, probe.py)."""
+    return resources.files("pytest_e2b_env.reward").joinpath(name).read_text(encoding="utf-8")
+
+
+def install_command(payload: Payload) -> str:
+    """Install the runner and run the preflight in one command (a new worker's only round trip)."""
+    runner = resource_text("runner.py")
+    delimiter = "PE2B_RUNNER_" + secrets.token_hex(8)
+    prefix = (
+        f"set -e; umask 022; mkdir -p {REMOTE_DIR}/jobs; chmod 755 /opt/pytest-e2b-env {REMOTE_DIR};"
+        f" cat > {RUNNER} <<'{delimiter}'\n{runner}\n{delimiter}\nchmod 444 {RUNNER}\n"
+    )
+    return heredoc_command(RUNNER, payload.stdin(), prefix)
+
+
+def parse_answer(stdout: str, nonce: str) -> dict[str, Any]:
+    """The runner's JSON answer; :class:`ProtocolError` when it is not ours or reports a setup error."""
+    line = stdout.strip().splitlines()[-1] if stdout.strip() else ""
+    try:
+        answer = json.loads(line)
+    except ValueError:
+        raise ProtocolError(f"runner answer is not JSON ({len(stdout)} bytes)") from None
+    if not isinstance(answer, dict) or answer.get("nonce") != nonce:
+        raise ProtocolError("runner answer does not carry this request's nonce")
+    if answer.get("setup_error"):
+        raise ProtocolError(f"runner could not isolate a case: {answer['setup_error'][:300]}")
+    return answer
+
+
+def case_output(record: dict[str, Any]) -> bytes:
+    """The decoded stdout bytes of one case record."""
+    return base64.b64decode(record.get("output_b64", ""))

@@ -1,0 +1,403 @@
+"""In-sandbox runner: runs one candidate program on each test input, every case isolated.
+
+This file is package data. It is uploaded to each worker once and runs there as sandbox root
+under ``/usr/bin/python3`` (standard library only; it never imports pytest_e2b_env). One
+invocation evaluates one candidate: the host sends a header line and the payload on stdin
+(a heredoc in the same command, so a candidate costs one round trip) and reads one JSON line
+from stdout. Expected outputs never come here; the host grades.
+
+Each case runs in a fresh process tree:
+
+* fork A (root): ``unshare`` mount, pid, net, ipc and uts namespaces, then fork B;
+* B is pid 1 of the new pid namespace: private mount propagation, the whole mount tree
+  read-only, a fresh ``/proc``, private tmpfs ``/tmp`` and ``/dev/shm`` (scratch), rlimits
+  (NPROC, FSIZE, AS, CPU, CORE, NOFILE), capability bounding set emptied, uid/gid 65534
+  with no groups, ``no_new_privs``, then ``exec python3 -I -B solution.py`` with the case
+  input on stdin (a memfd, so a program that never reads stdin cannot block us);
+* A enforces the wall deadline: SIGKILL to B kills every process of the namespace,
+  ``setsid`` daemons included, because B is its pid 1.
+
+Setup failures are reported through a close-on-exec pipe (empty on a successful exec), so a
+broken worker is an infrastructure error and never a candidate's 0.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import errno
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+AT_FDCWD = -100
+AT_RECURSIVE = 0x8000
+MOUNT_ATTR_RDONLY = 0x1
+MOUNT_ATTR_NOSUID = 0x2
+SYS_MOUNT_SETATTR = 442  # x86-64 and aarch64 share this number
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAPBSET_DROP = 24
+PR_SET_PDEATHSIG = 1
+NOBODY = 65534
+PYTHON = "/usr/bin/python3"
+HOME = os.path.dirname(os.path.abspath(__file__))
+SETUP_SECONDS = 10.0
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class SetupError(Exception):
+    """The isolation could not be built; the worker is unusable."""
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise SetupError(f"{what}: {os.strerror(err)} (errno {err})")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
+    _check(
+        _libc.mount(
+            None if source is None else source.encode(),
+            target.encode(),
+            None if fstype is None else fstype.encode(),
+            ctypes.c_ulong(flags),
+            None if data is None else data.encode(),
+        ),
+        f"mount {target}",
+    )
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+def _readonly_tree() -> None:
+    """Make every mount of this (private) mount namespace read-only and nosuid."""
+    attr = _MountAttr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, 0, 0)
+    rc = _libc.syscall(
+        SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)
+    )
+    if rc == 0:
+        return
+    if ctypes.get_errno() != errno.ENOSYS:
+        _check(rc, "mount_setattr / read-only")
+    # Older kernels: remount each mount point read-only, deepest last is fine for bind remounts.
+    with open("/proc/self/mountinfo", encoding="utf-8") as fh:
+        points = [line.split()[4].replace("\\040", " ") for line in fh]
+    for point in points:
+        _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, None)
+
+
+def _isolate_and_exec(spec: dict, code_path: str, stdin_fd: int, out_fd: int, err_pipe: int) -> None:
+    """Runs in B (pid 1 of the new pid namespace); never returns."""
+    limits = spec["limits"]
+    iso = spec["isolation"]
+    try:
+        if iso["mount_private"]:
+            _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+        if iso["readonly_root"]:
+            _readonly_tree()
+        if iso["pid"]:
+            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+        if iso["private_tmp"]:
+            scratch = f"size={limits['scratch_bytes']},mode=1777"
+            _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, scratch)
+            if os.path.isdir("/dev/shm"):
+                _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, scratch)
+        os.chdir("/tmp")
+        import resource
+
+        cpu = int(limits["cpu_seconds"])
+        for res, value in (
+            (resource.RLIMIT_NPROC, limits["nproc"]),
+            (resource.RLIMIT_FSIZE, limits["fsize_bytes"]),
+            (resource.RLIMIT_AS, limits["address_space_bytes"]),
+            (resource.RLIMIT_CPU, cpu),
+            (resource.RLIMIT_CORE, 0),
+            (resource.RLIMIT_NOFILE, limits["nofile"]),
+        ):
+            if value is not None:
+                resource.setrlimit(res, (value, value))
+        devnull = os.open("/dev/null", os.O_WRONLY)
+        if iso["drop_privileges"]:
+            for cap in range(64):
+                if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+                    break  # EINVAL past the last capability the kernel knows
+            os.setgroups([])
+            os.setresgid(NOBODY, NOBODY, NOBODY)
+            os.setresuid(NOBODY, NOBODY, NOBODY)
+        if iso["no_new_privs"]:
+            _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+        os.dup2(stdin_fd, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(devnull, 2)
+        keep = {0, 1, 2, err_pipe}
+        for fd in range(3, limits["nofile"] + 64):
+            if fd not in keep:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)
+        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "TMPDIR": "/tmp"}
+        os.execve(PYTHON, [PYTHON, "-I", "-B", code_path], env)
+    except BaseException as exc:  # report to A, then die: nothing of the candidate ran yet
+        try:
+            os.write(err_pipe, f"{type(exc).__name__}: {exc}".encode()[:2000])
+        finally:
+            os._exit(127)
+
+
+def _wait_deadline(pid: int, seconds: float) -> tuple[int, bool]:
+    """Wait for ``pid`` at most ``seconds``; SIGKILL it after. Returns (wait status, timed_out)."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        ready, _, _ = select.select([pidfd], [], [], max(seconds, 0.0))
+        timed_out = not ready
+        if timed_out:
+            os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        return status, timed_out
+    finally:
+        os.close(pidfd)
+
+
+def _supervise(spec: dict, code_path: str, stdin_fd: int, out_fd: int, status_fd: int) -> None:
+    """Runs in A (root, old pid namespace); never returns."""
+    report: dict = {}
+    try:
+        iso = spec["isolation"]
+        flags = CLONE_NEWIPC | CLONE_NEWUTS
+        flags |= CLONE_NEWNS if iso["mount_private"] else 0
+        flags |= CLONE_NEWPID if iso["pid"] else 0
+        flags |= CLONE_NEWNET if iso["network"] else 0
+        _check(_libc.unshare(flags), "unshare")
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:
+            os.close(err_r)
+            _isolate_and_exec(spec, code_path, stdin_fd, out_fd, err_w)
+        os.close(err_w)
+        os.close(out_fd)
+        ready, _, _ = select.select([err_r], [], [], SETUP_SECONDS)
+        setup = os.read(err_r, 4096) if ready else b"setup did not finish"
+        os.close(err_r)
+        if setup:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            report = {"setup_error": setup.decode("utf-8", "replace")}
+        else:
+            started = time.monotonic()
+            status, timed_out = _wait_deadline(pid, spec["case_seconds"])
+            report = {
+                "seconds": round(time.monotonic() - started, 6),
+                "timed_out": timed_out,
+                "exit_code": os.waitstatus_to_exitcode(status),
+            }
+    except BaseException as exc:
+        report = {"setup_error": f"{type(exc).__name__}: {exc}"}
+    try:
+        os.write(status_fd, json.dumps(report).encode())
+    finally:
+        os._exit(0)
+
+
+def run_case(spec: dict, code_path: str, stdin_data: bytes) -> dict:
+    """Run one case in a fresh isolated process tree; returns its record (output base64)."""
+    cap = spec["limits"]["output_bytes"]
+    stdin_fd = os.memfd_create("case-input", 0)
+    os.write(stdin_fd, stdin_data)
+    os.lseek(stdin_fd, 0, os.SEEK_SET)
+    out_r, out_w = os.pipe()
+    st_r, st_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(out_r)
+        os.close(st_r)
+        _supervise(spec, code_path, stdin_fd, out_w, st_w)
+    os.close(out_w)
+    os.close(st_w)
+    os.close(stdin_fd)
+    chunks: list[bytes] = []
+    size = 0
+    truncated = False
+    # The deadline is A's job; this bound only protects the runner from a wedged A.
+    give_up = time.monotonic() + SETUP_SECONDS + spec["case_seconds"] + 5
+    while True:
+        remaining = give_up - time.monotonic()
+        ready, _, _ = select.select([out_r], [], [], max(remaining, 0.0))
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+            break
+        chunk = os.read(out_r, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > cap:
+            truncated = True  # keep cap+1 bytes: enough to prove the overflow
+            break
+    os.close(out_r)  # a writer past the cap now gets EPIPE / SIGPIPE
+    status_raw = b""
+    while True:
+        piece = os.read(st_r, 65536)
+        if not piece:
+            break
+        status_raw += piece
+    os.close(st_r)
+    os.waitpid(pid, 0)
+    report = json.loads(status_raw.decode() or '{"setup_error": "supervisor died"}')
+    output = b"".join(chunks)[: cap + 1]
+    report["output_b64"] = base64.b64encode(output).decode()
+    report["output_truncated"] = truncated
+    return report
+
+
+def _processes_of(uid: int, needle: str) -> list[int]:
+    """Pids running as ``uid`` whose command line mentions ``needle`` (a job's nonce)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", encoding="utf-8") as fh:
+                owner = next((line.split()[1] for line in fh if line.startswith("Uid:")), "")
+            with open(f"/proc/{name}/cmdline", "rb") as fh:
+                cmdline = fh.read(4096).decode("utf-8", "replace")
+        except OSError:
+            continue
+        if owner == str(uid) and needle in cmdline:
+            found.append(int(name))
+    return found
+
+
+def _describe_pid(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return f"{pid}: " + fh.read(200).replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        return f"{pid}: gone"
+
+
+def _write_code(job_dir: str, code: bytes) -> str:
+    os.makedirs(job_dir, mode=0o755)
+    os.chmod(job_dir, 0o755)
+    path = os.path.join(job_dir, "solution.py")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(code)
+    os.chmod(path, 0o444)
+    return path
+
+
+def _remove_job(job_dir: str) -> None:
+    for name in os.listdir(job_dir):
+        os.unlink(os.path.join(job_dir, name))
+    os.rmdir(job_dir)
+
+
+def evaluate(spec: dict, code: bytes, inputs: list[bytes]) -> dict:
+    """Run every case of one candidate; the per-case records in input order."""
+    job_dir = os.path.join(HOME, "jobs", spec["nonce"])
+    code_path = _write_code(job_dir, code)
+    try:
+        return {"cases": [run_case(spec, code_path, data) for data in inputs]}
+    finally:
+        _remove_job(job_dir)
+
+
+def preflight(spec: dict, code: bytes) -> dict:
+    """Run the probe under the same isolation, then check from outside what it cannot see."""
+    marker = f".pe2b-probe-{spec['nonce']}"
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        try:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(4)
+            port = listener.getsockname()[1]
+        except OSError:
+            port = 0  # the worker itself has no loopback: the probe still checks the rest
+        probe_input = {
+            "marker": marker,
+            "outer_netns": os.stat("/proc/self/ns/net").st_ino,
+            "outer_pidns": os.stat("/proc/self/ns/pid").st_ino,
+            "listen_port": port,
+            "limits": spec["limits"],
+            "forbidden_writes": ["/", "/etc", "/usr", HOME, "/var/tmp"],
+        }
+        job_dir = os.path.join(HOME, "jobs", spec["nonce"])
+        code_path = _write_code(job_dir, code)
+        try:
+            probe = run_case(spec, code_path, json.dumps(probe_input).encode())
+            # The probe's daemon still carries the job path (with the nonce) in its command line.
+            leftovers = _processes_of(NOBODY, spec["nonce"])
+            slow = dict(spec, case_seconds=0.3)
+            sleeper_path = os.path.join(job_dir, "sleeper.py")
+            with open(sleeper_path, "w", encoding="utf-8") as fh:
+                fh.write("import time\ntime.sleep(30)\n")
+            os.chmod(sleeper_path, 0o444)
+            deadline = run_case(slow, sleeper_path, b"")
+        finally:
+            _remove_job(job_dir)
+    finally:
+        listener.close()
+    outside = {
+        "tmp_private": not os.path.exists(os.path.join("/tmp", marker)),
+        "shm_private": not os.path.exists(os.path.join("/dev/shm", marker)),
+        "daemon_reaped": not leftovers,
+        "deadline_kills": bool(deadline.get("timed_out")) and deadline.get("exit_code") == -9,
+    }
+    return {
+        "probe": probe,
+        "outside": outside,
+        "leftovers": [_describe_pid(pid) for pid in sorted(leftovers)],
+    }
+
+
+def main() -> int:
+    raw = sys.stdin.buffer.read()
+    header_line, _, body = raw.partition(b"\n")
+    spec = json.loads(header_line)
+    code = body[: spec["code_bytes"]]
+    offset = spec["code_bytes"]
+    inputs = []
+    for length in spec["input_bytes"]:
+        inputs.append(body[offset : offset + length])
+        offset += length
+    os.umask(0o022)
+    try:
+        result = preflight(spec, code) if spec["mode"] == "preflight" else evaluate(spec, code, inputs)
+    except SetupError as exc:
+        result = {"setup_error": str(exc)}
+    result["nonce"] = spec["nonce"]
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

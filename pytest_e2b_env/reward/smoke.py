@@ -1,0 +1,126 @@
+"""The reward smoke: five fixed candidates scored by a fresh pool, then proof nothing is left.
+
+``pytest-e2b-env smoke reward`` (wired by the CLI) prints the receipt this returns as JSON.
+Offline it starts a local emulator; live it uses the e2b SDK's own environment (E2B_API_KEY).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from typing import Any
+
+from pytest_e2b_env.errors import ConfigError
+
+# Task "total-tokens" of fixtures/reward/tasks.json (inlined: fixtures are not package data).
+CASES = [
+    {"input": "[]", "output": "{}"},
+    {
+        "input": json.dumps(
+            [
+                {"customer": "acme", "tokens": 12},
+                {"customer": "beta", "tokens": 3},
+                {"customer": "acme", "tokens": 8},
+            ]
+        ),
+        "output": json.dumps({"acme": 20, "beta": 3}),
+    },
+    {
+        "input": json.dumps(
+            [
+                {"customer": "zero", "tokens": 0},
+                {"customer": "large", "tokens": 100000},
+                {"customer": "zero", "tokens": 0},
+                {"customer": "large", "tokens": 1},
+            ]
+        ),
+        "output": json.dumps({"zero": 0, "large": 100001}),
+    },
+]
+PROGRAMS = {
+    "correct": (
+        "import json, sys\ntotals = {}\nfor r in json.load(sys.stdin):\n"
+        "    totals[r['customer']] = totals.get(r['customer'], 0) + r['tokens']\nprint(json.dumps(totals))\n"
+    ),
+    "wrong": "print('[]')\n",
+    "partial": (
+        "import json, sys\ntotals = {}\nfor r in json.load(sys.stdin):\n"
+        "    totals[r['customer']] = totals.get(r['customer'], 0) + r['tokens']\n"
+        "print(json.dumps({k: v for k, v in totals.items() if v}))\n"
+    ),
+    "syntax_error": "this is invalid Python\n",
+    "timeout": "while True:\n    pass\n",
+}
+EXPECTED = {"correct": 1.0, "wrong": 0.0, "partial": 2 / 3, "syntax_error": 0.0, "timeout": 0.0}
+
+
+def _completion(program: str) -> list[dict[str, str]]:
+    return [{"role": "assistant", "content": f"```python\n{program}```"}]
+
+
+async def _score(api_opts: dict[str, str] | None, run_id: str) -> dict[str, Any]:
+    from pytest_e2b_env.reward.pool import RewardPool
+    from pytest_e2b_env.reward.workers import WorkerClient
+
+    pool = RewardPool(workers=2, create_interval=1.0, case_seconds=2.0, run_id=run_id, api_opts=api_opts)
+    names = list(PROGRAMS)
+    started = time.monotonic()
+    try:
+        scores = await pool.code_reward([_completion(PROGRAMS[n]) for n in names], [CASES] * len(names))
+    finally:
+        await pool.close()
+    # Independent of close()'s own sweep: list the run's sandboxes once more.
+    client = WorkerClient(
+        template="base", run_id=run_id, lifetime_seconds=60, request_timeout=15, api_opts=api_opts
+    )
+    leftover = await client.list_ids()
+    return {
+        "scores": dict(zip(names, scores, strict=True)),
+        "expected": EXPECTED,
+        "seconds": round(time.monotonic() - started, 3),
+        "reasons": {
+            n: r["reason"] for n, r in zip(names, sorted(pool.ledger, key=lambda r: r["index"]), strict=True)
+        },
+        "metrics": pool.metrics,
+        "leftover_sandboxes": leftover,
+    }
+
+
+def reward_smoke(live: bool) -> dict[str, Any]:
+    """Score the five fixed candidates on the emulator (or live E2B) and return the receipt.
+
+    ``ok`` is true when every score matches ``expected`` and no sandbox of the run remains.
+    """
+    import uuid
+
+    run_id = os.environ.get("PYTEST_E2B_ENV_RUN") or f"smoke-{uuid.uuid4().hex[:8]}"
+    if live:
+        if not os.environ.get("E2B_API_KEY"):
+            raise ConfigError("live reward smoke needs E2B_API_KEY in the environment; or run it offline")
+        receipt = asyncio.run(_score(None, run_id))
+        receipt["mode"] = "live"
+    else:
+        from pytest_e2b_env.emulator import Emulator
+
+        with Emulator() as emu:
+            receipt = asyncio.run(_score(emu.sdk_opts(), run_id))
+            receipt["mode"] = "offline"
+            receipt["isolation"] = emu.isolation
+            receipt["emulator_leftovers"] = [
+                s["sandbox_id"]
+                for s in emu.sandboxes()
+                if (s.get("metadata") or {}).get("pytest_e2b_env_run") == run_id
+            ]
+    receipt["run_id"] = run_id
+    matches = all(abs(receipt["scores"][n] - v) < 1e-9 for n, v in EXPECTED.items())
+    receipt["ok"] = matches and not receipt["leftover_sandboxes"] and not receipt.get("emulator_leftovers")
+    return receipt
+
+
+def main(argv: list[str]) -> int:
+    """``smoke reward [--live]``: print the receipt as JSON; exit 1 unless ``ok``."""
+    receipt = reward_smoke(live="--live" in argv)
+    print(json.dumps(receipt, indent=2, sort_keys=True))
+    return 0 if receipt["ok"] else 1

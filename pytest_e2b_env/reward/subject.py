@@ -1,0 +1,30 @@
+"""The catalog's reward subject: ``pytest_e2b_env.reward:reward_subject``."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from pytest_e2b_env.reward.pool import RewardPool
+
+RewardFn = Callable[..., Awaitable[list[float]]]
+
+
+@contextlib.asynccontextmanager
+async def _pool_context(**kwargs: Any) -> AsyncIterator[RewardFn]:
+    pool = RewardPool(**kwargs)
+    try:
+        yield pool.code_reward
+    finally:
+        await pool.close()  # close errors (CleanupError) propagate: that is the subject's cleanup
+
+
+def reward_subject(**kwargs: Any) -> contextlib.AbstractAsyncContextManager[RewardFn]:
+    """Zero-argument factory: an async context yielding ``pool.code_reward``; leaving it closes the pool.
+
+    The e2b SDK reads its target from ``E2B_API_URL``/``E2B_SANDBOX_URL``/``E2B_API_KEY`` and the
+    run id from ``PYTEST_E2B_ENV_RUN``, both set by the plugin. Keyword arguments go to
+    :class:`RewardPool` (the catalog passes none).
+    """
+    return _pool_context(**kwargs)

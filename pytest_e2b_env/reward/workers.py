@@ -1,0 +1,176 @@
+"""Worker sandboxes through the real e2b SDK: create, install + preflight, run, renew, kill, sweep.
+
+Nothing here decides policy (retry or abort); it classifies what the SDK raised so the pool can.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from e2b import (
+    AsyncSandbox,
+    AuthenticationException,
+    CommandExitException,
+    InvalidArgumentException,
+    NotFoundException,
+    RateLimitException,
+    SandboxException,
+    ServiceBusyException,
+    TemplateException,
+    TimeoutException,
+)
+from e2b.sandbox.sandbox_api import SandboxQuery
+
+from pytest_e2b_env.errors import InfrastructureError
+from pytest_e2b_env.reward.protocol import (
+    MAX_COMMAND_BYTES,
+    REMOTE_DIR,
+    RUNNER,
+    Payload,
+    ProtocolError,
+    heredoc_command,
+    install_command,
+    parse_answer,
+    resource_text,
+)
+
+ROLE = "reward-worker"
+RUN_KEY = "pytest_e2b_env_run"
+
+
+class PreflightError(InfrastructureError):
+    """A new worker failed the isolation preflight; the pool never runs candidates on it."""
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Worth one more try on a fresh worker: lost sandbox, 5xx, rate limit, transport timeouts.
+
+    Authentication, bad arguments and templates are configuration faults: never transient.
+    """
+    if isinstance(exc, AuthenticationException | InvalidArgumentException | TemplateException):
+        return False
+    if isinstance(exc, TimeoutException | NotFoundException | RateLimitException | ServiceBusyException):
+        return True
+    if isinstance(exc, CommandExitException | ProtocolError):
+        return True  # the runner itself died or answered garbage: the worker is broken
+    if isinstance(exc, SandboxException):
+        return exc.status_code is None or exc.status_code >= 500 or exc.status_code == 429
+    return isinstance(exc, httpx.TransportError | httpx.TimeoutException | ConnectionError | OSError)
+
+
+def describe(exc: BaseException) -> str:
+    """Type and a short, payload-free message for ledgers and errors."""
+    status = getattr(exc, "status_code", None)
+    text = str(exc).splitlines()[0][:200] if str(exc) else ""
+    return f"{type(exc).__name__}" + (f"[{status}]" if status else "") + (f": {text}" if text else "")
+
+
+@dataclass
+class Worker:
+    """One worker sandbox owned by a pool."""
+
+    sandbox: Any
+    sandbox_id: str
+    created_wall: float
+    created_mono: float
+    renewed_mono: float
+    uses: int = 0
+    lost: bool = False
+    preflight: dict[str, Any] = field(default_factory=dict)
+
+
+class WorkerClient:
+    """The SDK calls the pool needs, with the pool's options applied to every one."""
+
+    def __init__(
+        self,
+        *,
+        template: str,
+        run_id: str,
+        lifetime_seconds: int,
+        request_timeout: float,
+        api_opts: dict[str, Any] | None,
+    ) -> None:
+        self.template = template
+        self.run_id = run_id
+        self.lifetime_seconds = lifetime_seconds
+        self.request_timeout = request_timeout
+        self.api_opts = dict(api_opts or {})
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        """The tags every worker carries, also the sweep's query."""
+        return {RUN_KEY: self.run_id, "role": ROLE}
+
+    def _opts(self) -> dict[str, Any]:
+        return {"request_timeout": self.request_timeout, **self.api_opts}
+
+    async def create(self) -> Worker:
+        """Create one worker sandbox (no internet, server-side lifetime, tagged)."""
+        sandbox = await AsyncSandbox.create(
+            template=self.template,
+            timeout=self.lifetime_seconds,
+            metadata=self.metadata,
+            allow_internet_access=False,
+            **self._opts(),
+        )
+        now = time.monotonic()
+        return Worker(sandbox, sandbox.sandbox_id, time.time(), now, now)
+
+    async def install_and_preflight(self, worker: Worker, payload: Payload) -> dict[str, Any]:
+        """Upload the runner and run the isolation preflight (one command); the raw answer."""
+        result = await worker.sandbox.commands.run(
+            install_command(payload), user="root", timeout=60, request_timeout=self.request_timeout
+        )
+        return parse_answer(result.stdout, payload.nonce)
+
+    async def run(self, worker: Worker, payload: Payload, command_timeout: float) -> dict[str, Any]:
+        """Run one candidate on ``worker``; the runner's answer (per-case records)."""
+        stdin = payload.stdin()
+        if len(stdin) + 200 <= MAX_COMMAND_BYTES:
+            command = heredoc_command(RUNNER, stdin)
+        else:  # too big for one argv string: one upload, then the same command reading the file
+            path = f"{REMOTE_DIR}/jobs/{payload.nonce}.in"
+            await worker.sandbox.files.write(path, stdin, user="root", request_timeout=self.request_timeout)
+            command = f"/usr/bin/python3 -I -B {RUNNER} < {path}; status=$?; rm -f {path}; exit $status"
+        result = await worker.sandbox.commands.run(
+            command, user="root", timeout=command_timeout, request_timeout=self.request_timeout
+        )
+        return parse_answer(result.stdout, payload.nonce)
+
+    async def renew(self, worker: Worker) -> None:
+        """Push the worker's server-side end time ``lifetime_seconds`` ahead."""
+        await worker.sandbox.set_timeout(self.lifetime_seconds, **self._opts())
+        worker.renewed_mono = time.monotonic()
+
+    async def kill(self, sandbox_id: str) -> None:
+        """Kill by id; a sandbox that is already gone counts as killed (kill returns False)."""
+        await AsyncSandbox.kill(sandbox_id, **self._opts())
+
+    async def list_ids(self) -> list[str]:
+        """Ids of every running or paused sandbox tagged with this run's worker metadata."""
+        paginator = AsyncSandbox.list(query=SandboxQuery(metadata=self.metadata), **self._opts())
+        ids: list[str] = []
+        while paginator.has_next:
+            ids += [info.sandbox_id for info in await paginator.next_items()]
+        return ids
+
+    async def sweep(self, attempts: int = 3) -> list[str]:
+        """Kill everything tagged with this run, then list again; returns the ids still alive."""
+        remaining: list[str] = []
+        for attempt in range(attempts):
+            remaining = await self.list_ids()
+            if not remaining:
+                return []
+            await asyncio.gather(*(self.kill(i) for i in remaining), return_exceptions=True)
+            await asyncio.sleep(0.2 * (attempt + 1))  # list lag on real E2B: look again before blaming
+        return await self.list_ids()
+
+
+def probe_source() -> bytes:
+    """The probe program the preflight runs as if it were a candidate."""
+    return resource_text("probe.py").encode()

@@ -1,0 +1,166 @@
+"""The pool scores candidates right on the emulator: good, partial, ordering, hostile programs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from reward_helpers import CANDIDATES, TASKS, TOTAL, completion, program
+
+from pytest_e2b_env.emulator import Emulator
+from pytest_e2b_env.reward import RewardPool
+
+pytestmark = pytest.mark.namespaces
+
+
+async def test_correct_partial_wrong(make_pool: Callable[..., RewardPool]) -> None:
+    """Correct scores 1.0, partial k/n, wrong 0, with a reason per zero in the ledger."""
+    pool = make_pool()
+    names = ["total_tokens_correct", "total_tokens_partial", "total_tokens_wrong"]
+    scores = await pool.code_reward([completion(program(n)) for n in names], [TOTAL] * 3)
+    assert scores == [1.0, 2 / 3, 0.0]
+    ledger = sorted(pool.ledger, key=lambda r: r["index"])
+    assert [r["reason"] for r in ledger] == [None, "mismatch", "mismatch"]
+    assert [c["reason"] for c in ledger[1]["cases"]] == ["passed", "passed", "mismatch"]
+    assert all(r["worker_id"] for r in ledger)
+
+
+async def test_every_task_has_correct_partial_wrong(make_pool: Callable[..., RewardPool]) -> None:
+    """Each task of both splits: its correct program 1.0, partial strictly between, wrong 0."""
+    pool = make_pool(workers=2)
+    completions: list[Any] = []
+    cases: list[Any] = []
+    for task in TASKS["train"] + TASKS["eval"]:
+        stem = task["task_id"].replace("-", "_")
+        for kind in ("correct", "partial", "wrong"):
+            completions.append(completion(program(f"{stem}_{kind}")))
+            cases.append(task["test_cases"])
+    scores = await pool.code_reward(completions, cases)
+    for i in range(0, len(scores), 3):
+        correct, partial, wrong = scores[i : i + 3]
+        assert (correct, wrong) == (1.0, 0.0), completions[i]
+        assert 0.0 < partial < 1.0, completions[i + 1]
+
+
+async def test_invalid_code_uses_no_sandbox(make_pool: Callable[..., RewardPool], emulator: Emulator) -> None:
+    """No fence, other fences, syntax errors and pathological sources score 0 without any sandbox."""
+    pool = make_pool()
+    mark = emulator.ledger_mark()
+    texts = [
+        (CANDIDATES / f"{n}.txt").read_text() for n in ("no_fence", "fence_other_language", "fence_unclosed")
+    ]
+    sources = [program(n) for n in ("syntax_error", "pathological_unary_minus", "pathological_long_sum")]
+    completions = [[{"role": "assistant", "content": t}] for t in texts] + [completion(s) for s in sources]
+    completions.append([{"role": "assistant", "content": [{"type": "text", "text": "x"}]}])
+    scores = await pool.code_reward(completions, [TOTAL] * len(completions))
+    assert scores == [0.0] * len(completions)
+    assert [r["reason"] for r in pool.ledger] == ["no_code"] * 3 + ["syntax"] * 3 + ["bad_content"]
+    assert emulator.ledger(since=mark) == []
+
+
+async def test_expected_outputs_never_enter_a_sandbox(
+    make_pool: Callable[..., RewardPool], faults: Any
+) -> None:
+    """A value that appears only in the expected output is never in any request body."""
+    secret_total = 987654321
+    cases = [
+        {
+            "input": json.dumps(
+                [{"customer": "a", "tokens": secret_total - 1}, {"customer": "a", "tokens": 1}]
+            ),
+            "output": json.dumps({"a": secret_total}),
+        }
+    ]
+    faults.add(route="*", answer={"delay": 0}, times=None, contains=str(secret_total))
+    pool = make_pool()
+    assert await pool.code_reward([completion(program("total_tokens_correct"))], [cases]) == [1.0]
+    assert [rule["fired"] for rule in faults.list()] == [0]
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(delays=st.lists(st.sampled_from([0.0, 0.3, 0.6]), min_size=3, max_size=4))
+def test_scores_keep_completion_order(
+    emulator: Emulator, runner_supported: None, delays: list[float]
+) -> None:
+    """Scores come back in completion order even when later candidates finish first."""
+    emulator.faults.clear()
+    for i, delay in enumerate(delays):
+        emulator.faults.add(
+            route="POST /process.Process/Start", answer={"delay": delay}, contains=f"# cand-{i}#"
+        )
+    sources = [
+        program("total_tokens_correct" if i % 2 == 0 else "total_tokens_wrong") for i in range(len(delays))
+    ]
+    completions = [completion(f"# cand-{i}#\n{s}") for i, s in enumerate(sources)]
+
+    async def run() -> list[float]:
+        pool = RewardPool(workers=len(delays), create_interval=0, api_opts=emulator.sdk_opts())
+        try:
+            return await pool.code_reward(completions, [TOTAL] * len(delays))
+        finally:
+            await pool.close()
+
+    try:
+        assert asyncio.run(run()) == [1.0 if i % 2 == 0 else 0.0 for i in range(len(delays))]
+    finally:
+        emulator.faults.clear()
+
+
+HOSTILE = {
+    "debug_print": {"bad_json"},
+    "huge_output": {"output_too_large"},
+    "non_json": {"bad_json"},
+    "type_confusion_float": {"mismatch"},
+    "type_confusion_bool": {"mismatch"},
+    "type_confusion_string": {"mismatch"},
+    "duplicate_keys": {"bad_json"},
+    "nan_output": {"bad_json"},
+    "infinite_loop": {"timeout"},
+    "sleep_past_deadline": {"timeout"},
+    "setsid_daemon": {"mismatch", "bad_json"},
+    "fork_bomb": {"timeout", "nonzero_exit"},
+    "memory_hog": {"nonzero_exit", "timeout"},  # zeroing 512 MiB may outlast a 1 s deadline
+    "network_connect": {"mismatch"},
+    "write_outside_scratch": {"mismatch"},
+    "read_expectations": {"mismatch"},
+    "kill_supervisor": {"nonzero_exit", "mismatch"},
+    "binary_stdout": {"bad_json"},
+    "ignore_stdin": {"mismatch"},
+    "exit_partial_output": {"bad_json"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+async def test_hostile_scores_zero_and_worker_survives(
+    make_pool: Callable[..., RewardPool], name: str
+) -> None:
+    """A hostile or defective program scores 0 for its own reason; the same worker then scores right."""
+    pool = make_pool(workers=1, case_seconds=1.0)
+    scores = await pool.code_reward(
+        [completion(program(name)), completion(program("total_tokens_correct"))], [TOTAL, TOTAL]
+    )
+    assert scores == [0.0, 1.0]
+    hostile, correct = sorted(pool.ledger, key=lambda r: r["index"])
+    assert {c["reason"] for c in hostile["cases"]} <= HOSTILE[name]
+    assert hostile["worker_id"] == correct["worker_id"]
+    assert pool.metrics["workers_created"] == 1
+    assert pool.metrics["infrastructure_retries"] == 0
+
+
+async def test_hostile_writes_left_no_trace(make_pool: Callable[..., RewardPool]) -> None:
+    """After write attempts outside scratch, the worker's runner and filesystem are untouched."""
+    pool = make_pool(workers=1)
+    await pool.code_reward([completion(program("write_outside_scratch"))], [TOTAL])
+    worker = next(iter(pool._owned.values()))
+    listing = await worker.sandbox.commands.run(
+        "ls /pwned /etc/pwned /var/tmp/pwned /home/user/pwned 2>&1; "
+        "grep -c pwned /opt/pytest-e2b-env/reward/runner.py; true",
+        user="root",
+    )
+    assert listing.stdout.count("No such file") == 4
+    assert listing.stdout.strip().endswith("0")
