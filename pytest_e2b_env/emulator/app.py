@@ -231,8 +231,14 @@ class EmulatorApp:
             try:
                 rule = json.loads(body or b"{}")
                 return answer(201, {"id": self.faults.add(rule)})
-            except (ValueError, TypeError, ValidationError) as exc:
-                return error(400, f"bad fault rule: {exc}".splitlines()[0][:500])
+            except ValidationError as exc:
+                reasons = "; ".join(
+                    f"{'.'.join(map(str, e['loc'])) or 'rule'}: {e['msg'].removeprefix('Value error, ')}"
+                    for e in exc.errors()
+                )
+                return error(400, f"bad fault rule: {reasons}"[:1000])
+            except (ValueError, TypeError) as exc:
+                return error(400, f"bad fault rule: {exc}"[:1000])
         if (method, path) == ("DELETE", "/faults"):
             self.faults.clear()
             return answer(204)

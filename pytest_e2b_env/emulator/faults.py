@@ -120,6 +120,9 @@ class FaultPlan:
         with self._lock:
             self._rules.clear()
 
+    def __bool__(self) -> bool:
+        return bool(self._rules)
+
     def rules(self) -> list[dict[str, Any]]:
         """Every rule with its id and counters, for the control endpoint."""
         with self._lock:
@@ -244,7 +247,7 @@ class FaultMiddleware:
         self.target = target
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.plan._rules:  # fast path: no rules at all
+        if scope["type"] != "http" or not self.plan:  # fast path: no rules at all
             await self.app(scope, receive, send)
             return
         method, path = scope["method"], scope["path"]
@@ -323,6 +326,6 @@ class FaultMiddleware:
         waiter.cancel()
         if not inner.done():
             inner.cancel()
-        with contextlib.suppress(BaseException):
+        with contextlib.suppress(asyncio.CancelledError, Exception):
             await inner
         # returning without finishing the response makes the server close the connection mid-body

@@ -158,6 +158,25 @@ class Proc:
         self._publish(self.final)
         self._on_exit(self)
 
+    def detach(self) -> None:
+        """The sandbox is going away: stop watching (before the box closes our pipes) and cut streams."""
+        if self.done:
+            return
+        self.done = True
+        if self._poll_handle is not None:
+            self._poll_handle.cancel()
+        if self._pidfd is not None:
+            self._loop.remove_reader(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+        if self._deadline is not None:
+            self._deadline.cancel()
+        for fd in list(self._open_fds):
+            self._close_fd(fd)
+        self.final = LOST
+        self._publish(LOST)
+        self._on_exit(self)
+
     def _publish(self, item: Any) -> None:
         if self._backlog is not None:
             self._backlog.append(item)

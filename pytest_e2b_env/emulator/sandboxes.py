@@ -179,6 +179,8 @@ class Registry:
         sbx.state = "killed"  # first: streams of its commands end as cut, not with an end event
         if sbx.timer is not None:
             sbx.timer.cancel()
+        for proc in list(sbx.procs.values()):
+            proc.detach()  # before box.kill() closes the pipes our event loop is watching
         await asyncio.to_thread(sbx.box.kill)
         self._boxes.pop(sandbox_id, None)
         if op != "kill" or detail:  # request-driven kills are already in the ledger as requests
@@ -200,6 +202,8 @@ class Registry:
         """Last-resort cleanup from a non-async context: kill every box, no bookkeeping."""
         for sbx in list(self._boxes.values()):
             sbx.state = "killed"
+            for proc in list(sbx.procs.values()):
+                proc.detach()
             with contextlib.suppress(Exception):
                 sbx.box.kill()
         self._boxes.clear()

@@ -35,8 +35,11 @@ def bind(host: str, port: int) -> socket.socket:
     except socket.gaierror as exc:
         raise EmulatorError(f"--host {host!r} does not resolve ({exc.strerror}); use e.g. 127.0.0.1") from exc
     family, _, _, _, address = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto must be IPPROTO_TCP: asyncio only sets TCP_NODELAY on such sockets, and without it
+    # every response sent as headers + body waits out the client's 40 ms delayed ACK (Nagle)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # inherited by accepted sockets
     try:
         sock.bind(address)
     except OSError as exc:

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Benchmark the local E2B emulator with the real SDK and print the figures.
+
+* create -> commands.run("true") -> kill latency (p50, p95)
+* commands.run("true") round trip next to a bare subprocess.run of the same command (ratio)
+* 16 concurrent sandboxes each running 10 commands (errors must be 0)
+
+Targets: create+run+kill p50 <= 100 ms, run round trip p50 <= 15 ms.
+Usage: .venv/bin/python scripts/bench_emulator.py [--cycles 40] [--runs 200] [--isolation process|namespaces]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from e2b import AsyncSandbox, Sandbox
+
+from pytest_e2b_env.emulator import Emulator
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"
+
+
+def bench_cycle(opts: dict[str, str], cycles: int) -> list[float]:
+    """create -> run('true') -> kill, timed end to end."""
+    times = []
+    for _ in range(cycles):
+        t0 = time.perf_counter()
+        sbx = Sandbox.create(**opts)
+        sbx.commands.run("true")
+        sbx.kill()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def bench_run(opts: dict[str, str], runs: int) -> tuple[list[float], list[float]]:
+    """run('true') round trips in one sandbox, and bare subprocess.run of the same command."""
+    sbx = Sandbox.create(**opts)
+    try:
+        sbx.commands.run("true")  # warm the connection
+        rpc = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            sbx.commands.run("true")
+            rpc.append(time.perf_counter() - t0)
+    finally:
+        sbx.kill()
+    bare = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(["/bin/bash", "-l", "-c", "true"], check=True)
+        bare.append(time.perf_counter() - t0)
+    return rpc, bare
+
+
+async def bench_concurrent(opts: dict[str, str], sandboxes: int, commands: int) -> tuple[int, int, float]:
+    """`sandboxes` concurrent AsyncSandboxes each running `commands` commands; (ok, errors, seconds)."""
+    errors = 0
+    ok = 0
+
+    async def one(index: int) -> None:
+        nonlocal errors, ok
+        try:
+            sbx = await AsyncSandbox.create(**opts)
+        except Exception as exc:
+            errors += commands
+            print(f"  sandbox {index}: create failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return
+        try:
+            for i in range(commands):
+                try:
+                    result = await sbx.commands.run(f"echo {index}-{i}")
+                    if result.stdout == f"{index}-{i}\n":
+                        ok += 1
+                    else:
+                        errors += 1
+                except Exception as exc:
+                    errors += 1
+                    print(f"  sandbox {index} command {i}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        finally:
+            await sbx.kill()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(sandboxes)))
+    return ok, errors, time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cycles", type=int, default=40, help="create+run+kill cycles (default 40)")
+    parser.add_argument("--runs", type=int, default=200, help="run('true') round trips (default 200)")
+    parser.add_argument("--isolation", choices=("namespaces", "process"), default=None)
+    args = parser.parse_args(argv)
+    with Emulator(isolation=args.isolation) as emu:
+        opts = emu.sdk_opts()
+        print(f"emulator isolation: {emu.isolation} ({emu.isolation_reason})")
+        bench_cycle(opts, 3)  # warm-up
+        cycle = bench_cycle(opts, args.cycles)
+        print(
+            f"create+run+kill   p50 {_ms(statistics.median(cycle))}  p95 {_ms(_pct(cycle, 0.95))}"
+            f"  (n={len(cycle)}, target p50 <= 100 ms)"
+        )
+        rpc, bare = bench_run(opts, args.runs)
+        ratio = statistics.median(rpc) / statistics.median(bare)
+        print(
+            f"run('true')       p50 {_ms(statistics.median(rpc))}  p95 {_ms(_pct(rpc, 0.95))}"
+            f"  (n={len(rpc)}, target p50 <= 15 ms)"
+        )
+        print(
+            f"bare subprocess   p50 {_ms(statistics.median(bare))}  p95 {_ms(_pct(bare, 0.95))}"
+            f"  ratio emulator/bare p50 {ratio:.2f}x"
+        )
+        ok, errors, took = asyncio.run(bench_concurrent(opts, 16, 10))
+        print(f"16 sandboxes x 10 commands: ok {ok}, errors {errors}, wall {took:.2f} s")
+        leaked = emu.sandboxes()
+        print(f"sandboxes left after the benchmark: {len(leaked)}")
+    return 0 if errors == 0 and not leaked else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""Every fault kind on the wire, seen through the real SDK, and recorded in the ledger."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from e2b import (
+    AuthenticationException,
+    RateLimitException,
+    Sandbox,
+    SandboxException,
+    SandboxNotFoundException,
+    SandboxNotRunningException,
+    ServiceBusyException,
+)
+
+from pytest_e2b_env.emulator import Emulator
+from pytest_e2b_env.errors import EmulatorError
+
+
+def test_429_with_retry_after_is_retried_by_the_sdk(emu: Emulator, faults: Any, opts: dict[str, str]) -> None:
+    """Two 429s with Retry-After are retried by the SDK itself; the create then succeeds."""
+    mark = emu.ledger_mark()
+    faults.add(route="POST /v2/sandboxes", answer={"status": 429, "retry_after": 0}, times=2)
+    sbx = Sandbox.create(**opts)
+    sbx.kill()
+    creates = [(e["op"], e["status"]) for e in emu.ledger(since=mark) if e["route"] == "POST /v2/sandboxes"]
+    assert creates == [("fault", 429), ("fault", 429), ("create", 201)]
+
+
+def test_429_beyond_retries_raises_rate_limit(faults: Any, opts: dict[str, str]) -> None:
+    """More 429s than the SDK retries surface as RateLimitException."""
+    faults.add(route="POST /v2/sandboxes", answer={"status": 429, "retry_after": 0}, times=4)
+    with pytest.raises(RateLimitException):
+        Sandbox.create(**opts)
+
+
+def test_503_raises_service_busy(faults: Any, opts: dict[str, str]) -> None:
+    """Persistent 503 on create surfaces as ServiceBusyException after the SDK's retries."""
+    faults.add(route="POST /v2/sandboxes", answer={"status": 503}, times=None)
+    with pytest.raises(ServiceBusyException):
+        Sandbox.create(**opts)
+
+
+def test_401_on_any_route(sbx: Any, faults: Any) -> None:
+    """A 401 fault on get_info raises AuthenticationException; only the matching sandbox is hit."""
+    faults.add(route="GET /sandboxes/*", sandbox=sbx.sandbox_id, answer={"status": 401})
+    with pytest.raises(AuthenticationException):
+        sbx.get_info()
+    assert sbx.get_info().sandbox_id == sbx.sandbox_id  # times=1: the next call passes
+
+
+def test_500_on_an_envd_stream(sbx: Any, faults: Any) -> None:
+    """A 500 on process Start surfaces as a SandboxException from the SDK's own mapping."""
+    faults.add(route="POST /process.Process/Start", sandbox=sbx.sandbox_id, answer={"status": 500})
+    with pytest.raises(SandboxException):
+        sbx.commands.run("echo never")
+    assert sbx.commands.run("echo after").stdout == "after\n"
+
+
+def test_lose_sandbox_mid_command(emu: Emulator, sbx: Any, faults: Any) -> None:
+    """lose_sandbox kills the sandbox mid-command: SandboxNotRunningException, then gone for REST too."""
+    marker = uuid.uuid4().hex
+    faults.add(route="POST /process.Process/Start", contains=marker, answer={"lose_sandbox": True})
+    assert sbx.commands.run("echo fine").stdout == "fine\n"  # contains= filters: this one passes
+    with pytest.raises(SandboxNotRunningException):
+        sbx.commands.run(f"echo {marker}; sleep 30")
+    assert sbx.sandbox_id not in [s["sandbox_id"] for s in emu.sandboxes()]
+    with pytest.raises(SandboxNotFoundException):
+        sbx.get_info()
+
+
+def test_kill_fails_keeps_the_sandbox_running(emu: Emulator, sbx: Any, faults: Any) -> None:
+    """kill_fails answers DELETE with 500 while the sandbox keeps running; a later kill works."""
+    mark = emu.ledger_mark()
+    faults.add(route="DELETE /sandboxes/*", answer={"kill_fails": True})
+    with pytest.raises(SandboxException):
+        sbx.kill()
+    assert sbx.is_running() is True
+    assert sbx.sandbox_id in [s["sandbox_id"] for s in emu.sandboxes()]
+    assert sbx.kill() is True
+    deletes = [
+        (e["op"], e["status"]) for e in emu.ledger(since=mark) if e["route"] == "DELETE /sandboxes/{id}"
+    ]
+    assert deletes == [("fault", 500), ("kill", 204)]
+
+
+def test_delay_passes_through(emu: Emulator, sbx: Any, faults: Any) -> None:
+    """A delay fault holds the request, then the real answer arrives."""
+    rule = faults.add(route="POST /process.Process/Start", answer={"delay": 0.2})
+    assert sbx.commands.run("echo late").stdout == "late\n"
+    assert [r["fired"] for r in faults.list() if r["id"] == rule] == [1]
+
+
+def test_drop_stream_cuts_the_command_stream(emu: Emulator, sbx: Any, faults: Any) -> None:
+    """drop_stream cuts the Start stream after its first event; the SDK raises, the sandbox lives on."""
+    faults.add(route="POST /process.Process/Start", answer={"drop_stream": True})
+    with pytest.raises(SandboxException):
+        sbx.commands.run("sleep 0.5; echo never")
+    assert sbx.is_running() is True
+    assert sbx.commands.run("echo next").stdout == "next\n"
+
+
+def test_after_skips_the_first_matches(sbx: Any, faults: Any) -> None:
+    """after=N lets the first N matching requests through before the rule fires."""
+    faults.add(route="POST /process.Process/Start", answer={"status": 500}, after=2)
+    sbx.commands.run("true")
+    sbx.commands.run("true")
+    with pytest.raises(SandboxException):
+        sbx.commands.run("true")
+
+
+def test_bad_rule_is_rejected_with_the_reason(faults: Any) -> None:
+    """An answer with no or two kinds is refused with a message naming the fix."""
+    with pytest.raises(EmulatorError, match="exactly one of"):
+        faults.add(route="*", answer={"status": 500, "delay": 1})
+    with pytest.raises(EmulatorError, match="exactly one of"):
+        faults.add(route="*", answer={})
+
+
+def test_ledger_records_requests_with_route_sandbox_and_status(emu: Emulator, opts: dict[str, str]) -> None:
+    """Each request lands in the ledger with route template, sandbox id, status and op."""
+    mark = emu.ledger_mark()
+    sbx = Sandbox.create(**opts)
+    sbx.commands.run("true")
+    sbx.files.write("f", "1")
+    sbx.kill()
+    rows = [(e["op"], e["route"], e["sandbox_id"], e["status"]) for e in emu.ledger(since=mark)]
+    sid = sbx.sandbox_id
+    assert rows == [
+        ("create", "POST /v2/sandboxes", sid, 201),
+        ("run", "POST /process.Process/Start", sid, 200),
+        ("file_write", "POST /files", sid, 200),
+        ("kill", "DELETE /sandboxes/{id}", sid, 204),
+    ]
+    assert all(isinstance(e["t"], float) for e in emu.ledger(since=mark))
