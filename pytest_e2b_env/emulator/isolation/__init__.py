@@ -67,9 +67,9 @@ def select_backend(
         return ProcessBackend(root, "plain-process level forced by the caller")
     from . import namespaces
 
-    ok, why = namespaces.available(root)
-    if ok:
-        return namespaces.NamespaceBackend(root, why)
+    backend, why = namespaces.open_backend(root)
+    if backend is not None:
+        return backend
     if force == "namespaces":
         from pytest_e2b_env.errors import EmulatorError
 

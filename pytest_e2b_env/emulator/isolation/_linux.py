@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
@@ -53,11 +52,11 @@ _syscall.restype = ctypes.c_long
 
 def supported_arch() -> bool:
     """True when the syscall numbers of this machine's architecture are known."""
-    return platform.machine() in _NR
+    return os.uname().machine in _NR
 
 
 def _nr(name: str) -> int:
-    return _NR[platform.machine()][name]
+    return _NR[os.uname().machine][name]
 
 
 def _check(result: int, what: str) -> int:

@@ -73,25 +73,41 @@ def go_mode_string(mode: int) -> str:
     return (kinds or "-") + rwx
 
 
-def _owner(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
-
-
-def _group(gid: int) -> str:
-    try:
-        return grp.getgrgid(gid).gr_name
-    except KeyError:
-        return str(gid)
-
-
 class RootedFS:
     """envd-style file operations on the tree below ``root_fd``, which acts as the sandbox's "/"."""
 
-    def __init__(self, root_fd: int) -> None:
+    def __init__(self, root_fd: int, accounts_in_root: bool = False) -> None:
         self.root_fd = root_fd
+        self.accounts_in_root = accounts_in_root
+        self._names: dict[str, tuple[tuple[int, int], dict[int, str]]] = {}
+
+    def _name(self, table: str, ident: int) -> str:
+        """Account or group name of an id, from the root's own file (parsed, cached by mtime)."""
+        if not self.accounts_in_root:
+            try:
+                return pwd.getpwuid(ident).pw_name if table == "passwd" else grp.getgrgid(ident).gr_name
+            except KeyError:
+                return str(ident)
+        try:
+            fd = self.open(f"/etc/{table}", os.O_RDONLY)
+        except OSError:
+            return str(ident)
+        try:
+            info = os.fstat(fd)
+            key = (info.st_mtime_ns, info.st_size)
+            cached = self._names.get(table)
+            if cached is None or cached[0] != key:
+                text = os.read(fd, 1 << 22).decode(errors="replace")
+                names: dict[int, str] = {}
+                for line in text.splitlines():
+                    fields = line.split(":")
+                    if len(fields) > 2 and fields[2].isdigit():
+                        names.setdefault(int(fields[2]), fields[0])
+                cached = (key, names)
+                self._names[table] = cached
+        finally:
+            os.close(fd)
+        return cached[1].get(ident, str(ident))
 
     # -- resolution ---------------------------------------------------------------------------
 
@@ -133,8 +149,7 @@ class RootedFS:
         finally:
             os.close(pfd)
 
-    @staticmethod
-    def _entry_from(info: os.stat_result, path: str, target: str | None) -> dict[str, Any]:
+    def _entry_from(self, info: os.stat_result, path: str, target: str | None) -> dict[str, Any]:
         if st.S_ISLNK(info.st_mode):
             kind = "symlink"
         elif st.S_ISDIR(info.st_mode):
@@ -148,8 +163,8 @@ class RootedFS:
             "size": info.st_size,
             "mode": info.st_mode & 0o777,
             "permissions": go_mode_string(info.st_mode),
-            "owner": _owner(info.st_uid),
-            "group": _group(info.st_gid),
+            "owner": self._name("passwd", info.st_uid),
+            "group": self._name("group", info.st_gid),
             "modified_time": info.st_mtime,
             "symlink_target": target,
         }

@@ -161,11 +161,6 @@ class ProcessBox(Box):
                     f"processes of sandbox {self.sandbox_id} survived SIGKILL", [self.sandbox_id]
                 )
             time.sleep(0.005)
-        for proc in procs:
-            for pipe in (proc.stdin, proc.stdout, proc.stderr):
-                if pipe is not None:
-                    with contextlib.suppress(OSError):
-                        pipe.close()
         self._fs.close()
         shutil.rmtree(self.directory, ignore_errors=True)
 

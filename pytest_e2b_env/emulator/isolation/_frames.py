@@ -1,0 +1,61 @@
+"""Length-prefixed frames on the emulator <-> sandbox init control socket.
+
+Standalone on purpose: the init helper imports this file as a top-level module.
+A message is one JSON frame, optionally followed by one raw data frame (``has_data``).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+from typing import Any
+
+_FRAME = struct.Struct(">I")
+#: Largest frame either side accepts (a file read or written in one piece).
+MAX_FRAME = (1 << 31) - 1
+
+
+def send(sock: socket.socket, header: dict[str, Any], data: bytes | None = None) -> None:
+    """One JSON frame, then ``data`` as a raw frame when given (``has_data`` is set accordingly)."""
+    header = {**header, "has_data": data is not None}
+    payload = json.dumps(header).encode()
+    parts = [_FRAME.pack(len(payload)), payload]
+    if data is not None:
+        if len(data) > MAX_FRAME:
+            raise ValueError(f"{len(data)} bytes do not fit in one frame (max {MAX_FRAME})")
+        parts += [_FRAME.pack(len(data)), data]
+    sock.sendall(b"".join(parts))
+
+
+def _exact(sock: socket.socket, size: int) -> bytes | None:
+    buf = bytearray()
+    while len(buf) < size:
+        chunk = sock.recv(min(size - len(buf), 1 << 20))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def recv_frame(sock: socket.socket) -> bytes | None:
+    """One frame's payload, or None at EOF."""
+    head = _exact(sock, _FRAME.size)
+    if head is None:
+        return None
+    (size,) = _FRAME.unpack(head)
+    if size > MAX_FRAME:
+        raise ValueError(f"frame of {size} bytes is too large")
+    return _exact(sock, size)
+
+
+def recv(sock: socket.socket) -> tuple[dict[str, Any], bytes | None] | None:
+    """One message (header, data or None), or None at EOF."""
+    raw = recv_frame(sock)
+    if raw is None:
+        return None
+    header = json.loads(raw)
+    if not isinstance(header, dict):
+        raise ValueError("control message is not a JSON object")
+    data = recv_frame(sock) if header.get("has_data") else None
+    return header, data

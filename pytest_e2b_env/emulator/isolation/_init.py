@@ -1,0 +1,416 @@
+"""Builds namespace sandboxes and serves as their pid 1. Run as ``python -S -E -s _init.py CTL LIFELINE``.
+
+The emulator (host root) starts this script once per backend as a "zygote": it imports
+everything once, then forks one builder per sandbox on request (the request carries the
+sandbox's control socket). The builder does, with raw syscalls rather than util-linux tools:
+
+1. As host root, lay out the copy-on-write upper dir (account files, masks over host secrets,
+   opaque private /tmp, /root, /home).
+2. Fork a throwaway child into a new user namespace and write its maps (sandbox uids 0..65535 =
+   host ``base``..``base+65535``); keep the namespace fd.
+3. In a private mount namespace, clone ``/`` without submounts, idmap it with that user
+   namespace, make it read-only and attach it as the overlay's lower layer.
+4. Join the user namespace as its root (no capability left on the host), unshare mount, pid,
+   ipc, uts (and net unless internet is allowed), mount the overlay.
+5. Fork the init (pid 1): fresh /proc, a minimal /dev, no /sys, pivot_root into the overlay and
+   detach the old root so the host tree is unreachable.
+6. The init reports ready and its host pid on the control socket, then loops: reaps orphans
+   (SIGCHLD), serves file requests as the sandbox's users (setfsuid), and exits when the
+   emulator's lifeline pipe reaches EOF (the emulator died, even by SIGKILL) or the control
+   socket closes. Its exit makes the kernel kill every process in the pid namespace.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import selectors
+import signal
+import socket
+import stat
+import struct
+import sys
+from typing import Any
+
+import _frames  # sibling files, imported top-level by design
+import _linux as L
+import fsops
+
+USER_UID = 1000
+HOSTNAME = "e2b"
+DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
+
+
+# -- step 1: the upper layer ------------------------------------------------------------------
+
+
+def _upper_dirs(upper: str, rel: str, base: int) -> str:
+    """Create ``upper/rel`` mirroring the lower directory's mode and (shifted) owner."""
+    path = upper
+    for part in [p for p in rel.split("/") if p]:
+        path = os.path.join(path, part)
+        lower = "/" + os.path.relpath(path, upper)
+        if not os.path.isdir(path):
+            try:
+                info = os.stat(lower)
+                mode, uid, gid = stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid
+            except OSError:
+                mode, uid, gid = 0o755, 0, 0
+            os.mkdir(path)
+            os.chmod(path, mode)
+            os.chown(path, base + uid, base + gid)
+    return path
+
+
+def _opaque(upper: str, rel: str, base: int, mode: int, owner: int = 0) -> None:
+    """An opaque directory: hides whatever the host has at ``rel``."""
+    parent = _upper_dirs(upper, os.path.dirname(rel), base)
+    path = os.path.join(parent, os.path.basename(rel))
+    os.mkdir(path)
+    os.setxattr(path, "user.overlay.opaque", b"y")
+    os.chmod(path, mode)
+    os.chown(path, base + owner, base + owner)
+
+
+def _put(upper: str, rel: str, base: int, text: str, mode: int = 0o644, gid: int = 0) -> None:
+    parent = _upper_dirs(upper, os.path.dirname(rel), base)
+    path = os.path.join(parent, os.path.basename(rel))
+    with open(path, "w") as fh:
+        fh.write(text)
+    os.chmod(path, mode)
+    os.chown(path, base, base + gid)
+
+
+def _accounts(upper: str, base: int) -> None:
+    """passwd/group with the E2B ``user`` (uid 1000) and generated shadow files (no host hashes)."""
+    with open("/etc/passwd") as fh:
+        users = [
+            line
+            for line in fh.read().splitlines()
+            if line and line.split(":")[0] != "user" and line.split(":")[2:3] != [str(USER_UID)]
+        ]
+    users.append(f"user:x:{USER_UID}:{USER_UID}::/home/user:/bin/bash")
+    with open("/etc/group") as fh:
+        groups = [
+            line
+            for line in fh.read().splitlines()
+            if line and line.split(":")[0] != "user" and line.split(":")[2:3] != [str(USER_UID)]
+        ]
+    groups.append(f"user:x:{USER_UID}:")
+    shadow_gid = next((int(g.split(":")[2]) for g in groups if g.startswith("shadow:")), 0)
+    _put(upper, "etc/passwd", base, "\n".join(users) + "\n")
+    _put(upper, "etc/group", base, "\n".join(groups) + "\n")
+    shadow = "".join(f"{u.split(':')[0]}:*:19000:0:99999:7:::\n" for u in users)
+    gshadow = "".join(f"{g.split(':')[0]}:*::\n" for g in groups)
+    for name in ("shadow", "shadow-"):
+        _put(upper, f"etc/{name}", base, shadow, 0o640, shadow_gid)
+    for name in ("gshadow", "gshadow-"):
+        _put(upper, f"etc/{name}", base, gshadow, 0o640, shadow_gid)
+    _put(upper, "etc/sudoers.d/90-e2b-user", base, "user ALL=(ALL:ALL) NOPASSWD: ALL\n", 0o440)
+    try:
+        with open("/etc/hosts") as fh:
+            hosts = fh.read()
+    except OSError:
+        hosts = "127.0.0.1 localhost\n"
+    _put(upper, "etc/hosts", base, hosts.rstrip("\n") + f"\n127.0.1.1 {HOSTNAME}\n")
+    _put(upper, "etc/hostname", base, HOSTNAME + "\n")
+
+
+def _whiteout(upper: str, rel: str, base: int) -> None:
+    """Make ``rel`` vanish from the merged tree (an overlay whiteout: a 0/0 character device)."""
+    parent = _upper_dirs(upper, os.path.dirname(rel), base)
+    os.mknod(os.path.join(parent, os.path.basename(rel)), stat.S_IFCHR | 0o600, os.makedev(0, 0))
+
+
+def build_upper(cfg: dict[str, Any]) -> None:
+    """The sandbox's own layer: accounts, masks over host entries, empty private dirs."""
+    upper, base = cfg["upper"], cfg["base"]
+    os.chown(upper, base, base)
+    os.chown(cfg["work"], base, base)
+    _accounts(upper, base)
+    modes = {"root": 0o700, "tmp": 0o1777, "var/tmp": 0o1777}
+    for rel in cfg["opaque"]:
+        _opaque(upper, rel, base, modes.get(rel, 0o755))
+    home = os.path.join(upper, "home", "user")
+    os.mkdir(home)
+    os.chmod(home, 0o755)
+    os.chown(home, base + USER_UID, base + USER_UID)
+    for rel in cfg["whiteouts"]:
+        _whiteout(upper, rel, base)
+
+
+# -- steps 2-4: namespaces --------------------------------------------------------------------
+
+
+def make_userns(base: int) -> int:
+    """A user namespace mapping 0..65535 to base..base+65535, held by fd (its creator exits)."""
+    ready_r, ready_w = os.pipe()
+    hold_r, hold_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(ready_r)
+            os.close(hold_w)
+            L.unshare(L.CLONE_NEWUSER)
+            os.write(ready_w, b"1")
+            os.read(hold_r, 1)
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    os.close(hold_r)
+    try:
+        if os.read(ready_r, 1) != b"1":
+            raise OSError(errno.ECHILD, "user namespace child died")
+        # Written by host root, so any range is allowed; setgroups stays "allow" so
+        # setpriv --clear-groups and sudo work inside.
+        for name in ("uid_map", "gid_map"):
+            with open(f"/proc/{pid}/{name}", "w") as fh:
+                fh.write(f"0 {base} 65536\n")
+        return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        os.close(ready_r)
+        os.close(hold_w)
+        os.waitpid(pid, 0)
+
+
+def idmapped_lower(lower: str, userns_fd: int) -> None:
+    """Attach ``/`` (no submounts), read-only and idmapped to the sandbox, at ``lower``."""
+    L.unshare(L.CLONE_NEWNS)
+    L.mount(None, "/", None, L.MS_REC | L.MS_PRIVATE)
+    tree = L.open_tree(L.AT_FDCWD, "/", L.OPEN_TREE_CLONE | L.OPEN_TREE_CLOEXEC)
+    try:
+        L.mount_setattr_idmap(tree, userns_fd, L.MOUNT_ATTR_RDONLY)
+        L.move_mount(tree, lower, L.MOVE_MOUNT_F_EMPTY_PATH)
+    finally:
+        os.close(tree)
+
+
+def lo_up() -> None:
+    """Bring the new network namespace's loopback up (E2B sandboxes have a working lo)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        iff_up_loopback_running = 0x1 | 0x8 | 0x40
+        fcntl.ioctl(s.fileno(), 0x8914, struct.pack("16sH14x", b"lo", iff_up_loopback_running))
+
+
+def enter_sandbox(cfg: dict[str, Any], userns_fd: int) -> None:
+    """Become the sandbox's root and create its other namespaces, then mount its root fs."""
+    L.setns(userns_fd, L.CLONE_NEWUSER)
+    os.close(userns_fd)
+    os.setgroups([])
+    os.setresgid(0, 0, 0)
+    os.setresuid(0, 0, 0)
+    flags = L.CLONE_NEWNS | L.CLONE_NEWPID | L.CLONE_NEWIPC | L.CLONE_NEWUTS
+    if not cfg["internet"]:
+        flags |= L.CLONE_NEWNET
+    L.unshare(flags)
+    socket.sethostname(HOSTNAME)
+    if not cfg["internet"]:
+        lo_up()
+    opts = f"lowerdir={cfg['lower']},upperdir={cfg['upper']},workdir={cfg['work']},userxattr"
+    L.mount("overlay", cfg["root"], "overlay", 0, opts)
+
+
+# -- step 5: the init -------------------------------------------------------------------------
+
+
+def host_pid() -> int:
+    """This process's pid in the host's pid namespace (the host /proc is still mounted here)."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("NSpid:"):
+                return int(line.split()[1])
+    raise OSError(errno.ENOENT, "no NSpid line in /proc/self/status")
+
+
+def build_root(root: str) -> None:
+    """Fresh /proc, minimal /dev, then pivot into the overlay and drop the host tree."""
+    L.mount("proc", f"{root}/proc", "proc", L.MS_NOSUID | L.MS_NODEV | L.MS_NOEXEC)
+    dev = f"{root}/dev"
+    L.mount("tmpfs", dev, "tmpfs", L.MS_NOSUID | L.MS_NOEXEC, "mode=755,size=1024k")
+    for node in DEV_NODES:
+        open(f"{dev}/{node}", "w").close()
+        L.mount(f"/dev/{node}", f"{dev}/{node}", None, L.MS_BIND)
+    for sub in ("pts", "shm", "mqueue"):
+        os.mkdir(f"{dev}/{sub}")
+    L.mount(
+        "devpts", f"{dev}/pts", "devpts", L.MS_NOSUID | L.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"
+    )
+    L.mount("tmpfs", f"{dev}/shm", "tmpfs", L.MS_NOSUID | L.MS_NODEV, "mode=1777")
+    os.symlink("pts/ptmx", f"{dev}/ptmx")
+    for name, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+    ):
+        os.symlink(target, f"{dev}/{name}")
+    os.symlink("/proc/self/fd/2", f"{dev}/stderr")
+    os.chdir(root)
+    L.pivot_root(".", ".")
+    L.umount2(".", L.MNT_DETACH)
+    os.chdir("/")
+
+
+class Agent:
+    """Serves file requests from the emulator with the permissions of the sandbox user asked for."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        # Owner names come from the sandbox's own /etc/passwd, parsed: no NSS module gets loaded.
+        self.fs = fsops.RootedFS(
+            os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), accounts_in_root=True
+        )
+
+    def handle(self) -> bool:
+        """Serve one request; False when the emulator closed the socket."""
+        msg = _frames.recv(self.sock)
+        if msg is None:
+            return False
+        req, data = msg
+        uid = USER_UID if req.get("user") == "user" else 0
+        L.setfsgid(uid)
+        L.setfsuid(uid)
+        try:
+            result, out = self.run(req, data)
+            _frames.send(self.sock, {"ok": result}, out)
+        except OSError as exc:
+            code = exc.errno or errno.EIO
+            _frames.send(self.sock, {"errno": code, "message": exc.strerror or str(exc)})
+        except ValueError as exc:
+            _frames.send(self.sock, {"value_error": str(exc)})
+        finally:
+            L.setfsuid(0)
+            L.setfsgid(0)
+        return True
+
+    def run(self, req: dict[str, Any], data: bytes | None) -> tuple[Any, bytes | None]:
+        """Dispatch one operation."""
+        op, path = req["op"], req.get("path", "/")
+        fs = self.fs
+        if op == "read":
+            return None, fs.read(path)
+        if op == "write":
+            return fs.write(path, data or b""), None
+        if op == "stat":
+            return fs.stat(path), None
+        if op == "listdir":
+            return fs.listdir(path, int(req["depth"])), None
+        if op == "mkdir":
+            return fs.mkdir(path), None
+        if op == "move":
+            return fs.move(path, req["dst"]), None
+        if op == "remove":
+            fs.remove(path)
+            return None, None
+        if op == "isdir":
+            os.close(fs.open(path, os.O_PATH | os.O_DIRECTORY))
+            return True, None
+        raise ValueError(f"unknown op {op!r}")
+
+
+def reap(_signum: int, _frame: object) -> None:
+    """Reap every exited child (orphans are reparented to this init)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def init_main(cfg: dict[str, Any], sock: socket.socket, lifeline: int) -> None:
+    """Pid 1 of the sandbox."""
+    L.prctl(L.PR_SET_DUMPABLE, 0)
+    outside_pid = host_pid()
+    build_root(cfg["root"])
+    os.umask(0o022)
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+    low = 3
+    for keep in sorted((lifeline, sock.fileno())):
+        os.closerange(low, keep)
+        low = keep + 1
+    os.closerange(low, 1 << 16)
+    signal.signal(signal.SIGCHLD, reap)
+    agent = Agent(sock)
+    _frames.send(sock, {"ready": True, "init_pid": outside_pid})
+    sel = selectors.DefaultSelector()
+    sel.register(lifeline, selectors.EVENT_READ)
+    sel.register(sock, selectors.EVENT_READ)
+    while True:
+        for key, _ in sel.select():
+            if key.fileobj == lifeline:
+                if not os.read(lifeline, 1):
+                    os._exit(0)  # the emulator is gone
+            elif not agent.handle():
+                os._exit(0)  # the emulator dropped this sandbox
+
+
+def build_sandbox(cfg: dict[str, Any], sock: socket.socket, lifeline: int) -> None:
+    """Runs in a child of the zygote: steps 1-5, then this process exits and its child is the init."""
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # make_userns waits for its own child
+        # Dies with the zygote, which outlives any sandbox start.
+        L.prctl(L.PR_SET_PDEATHSIG, signal.SIGKILL)
+        build_upper(cfg)
+        userns_fd = make_userns(cfg["base"])
+        idmapped_lower(cfg["lower"], userns_fd)
+        enter_sandbox(cfg, userns_fd)
+        if os.fork() == 0:
+            try:
+                init_main(cfg, sock, lifeline)
+            except BaseException as exc:
+                _frames.send(sock, {"error": f"sandbox init failed: {type(exc).__name__}: {exc}"})
+            finally:
+                os._exit(1)
+    except BaseException as exc:
+        _frames.send(sock, {"error": f"sandbox setup failed: {type(exc).__name__}: {exc}"})
+        os._exit(1)
+    os._exit(0)
+
+
+def zygote(ctl: socket.socket, lifeline: int) -> None:
+    """Fork one builder per start request (pre-imported, so a start skips interpreter start-up)."""
+    signal.signal(signal.SIGCHLD, reap)
+    sel = selectors.DefaultSelector()
+    sel.register(lifeline, selectors.EVENT_READ)
+    sel.register(ctl, selectors.EVENT_READ)
+    while True:
+        for key, _ in sel.select():
+            if key.fileobj == lifeline:
+                if not os.read(lifeline, 1):
+                    os._exit(0)  # the emulator is gone
+                continue
+            msg, fds, _flags, _addr = socket.recv_fds(ctl, 1 << 16, 1)
+            if not msg:
+                os._exit(0)  # the emulator closed the backend
+            if len(fds) != 1:
+                for fd in fds:
+                    os.close(fd)
+                continue
+            sock = socket.socket(fileno=fds[0])
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                _frames.send(sock, {"error": f"fork failed: {exc}"})
+                sock.close()
+                continue
+            if pid == 0:
+                sel.close()
+                ctl.close()
+                build_sandbox(json.loads(msg), sock, lifeline)
+            sock.close()
+
+
+def main() -> None:
+    """Entry point: ``_init.py CTL_FD LIFELINE_FD`` runs the zygote."""
+    ctl = socket.socket(fileno=int(sys.argv[1]))
+    zygote(ctl, int(sys.argv[2]))
+
+
+if __name__ == "__main__":
+    main()
