@@ -88,12 +88,11 @@ class _UpstreamTarget:
         url = f"{proxy.upstream_api_url}/sandboxes/{sandbox_id}"
         try:
             response = await proxy._forwarder.client.delete(url, headers={"X-API-KEY": proxy.api_key})
-            detail = f"lose_sandbox: upstream kill answered {response.status_code}"
+            detail = f"lost (fault): upstream kill answered {response.status_code}"
         except Exception as exc:  # recorded, not raised: the request still gets its (faulted) answer
-            detail = f"lose_sandbox: upstream kill failed: {type(exc).__name__}"
-        proxy._ledger.record(
-            "fault", method="DELETE", route="DELETE /sandboxes/{id}", sandbox_id=sandbox_id, detail=detail
-        )
+            detail = f"lost (fault): upstream kill failed: {type(exc).__name__}"
+        # The same entry the emulator writes when it loses a sandbox (op "kill", no request).
+        proxy._ledger.record("kill", sandbox_id=sandbox_id, detail=detail)
 
 
 class FaultProxy:
@@ -200,9 +199,40 @@ class FaultProxy:
         """Ledger entries since a mark, oldest first, in the emulator's format.
 
         Each: ``{"seq", "t", "method", "route", "sandbox_id", "status", "op", "detail"}``; a
-        ``lose_sandbox`` fault adds an ``op="fault"`` entry for the upstream kill.
+        faulted request is ``op="fault"`` with the rule in ``detail``; a ``lose_sandbox`` fault
+        adds an ``op="kill"`` entry with ``detail`` starting ``"lost (fault)"``.
         """
         return self._ledger.since(since)
+
+    def sandboxes(self, metadata: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+        """Running and paused sandboxes upstream (for leak checks), as ``Emulator.sandboxes()`` rows.
+
+        Asked of the upstream API directly, so it never shows in the ledger or meets a fault.
+        On real E2B this sees the whole team: pass ``metadata`` (e.g. the run id) to narrow it.
+        """
+        from e2b import Sandbox, SandboxQuery, SandboxState
+
+        query = SandboxQuery(
+            metadata=dict(metadata) if metadata else None, state=[SandboxState.RUNNING, SandboxState.PAUSED]
+        )
+        paginator = Sandbox.list(
+            query=query, limit=100, api_key=self.api_key, api_url=self.upstream_api_url, debug=False
+        )
+        rows: list[dict[str, Any]] = []
+        while paginator.has_next:
+            for info in paginator.next_items():
+                rows.append(
+                    {
+                        "sandbox_id": info.sandbox_id,
+                        "template_id": info.template_id,
+                        "metadata": dict(info.metadata or {}),
+                        "started_at": info.started_at.isoformat(),
+                        "end_at": info.end_at.isoformat(),
+                        "allow_internet_access": info.allow_internet_access,
+                        "state": getattr(info.state, "value", info.state),
+                    }
+                )
+        return rows
 
     # -- sandbox domains (live E2B routes envd traffic by the domain create answered) -------
 

@@ -77,13 +77,15 @@ class RecordingMiddleware:
                     found = new_id
                     if self.on_sandbox is not None:
                         self.on_sandbox(new_id, domain)
+            fault = scope.get(SCOPE_FAULT)
+            # As in the emulator's ledger: a faulted request is op "fault", its label the detail.
             self.ledger.record(
-                op,
+                "fault" if fault else op,
                 method=method,
                 route=template,
                 sandbox_id=found,
                 status=state["status"],
-                detail=str(scope.get(SCOPE_FAULT, "")),
+                detail=str(fault or ""),
             )
 
         async def recording_send(message: Message) -> None:

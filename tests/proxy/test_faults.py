@@ -29,7 +29,9 @@ async def test_429_on_create_is_retried_by_the_sdk(proxy: FaultProxy, sdk: Any) 
     proxy.faults.add(route="POST /v2/sandboxes", answer={"status": 429, "retry_after": 0}, times=1)
     sandbox = await sdk.AsyncSandbox.create(timeout=60, metadata=RUN)
     await sandbox.kill()
-    creates = [(e["status"], e["detail"]) for e in proxy.ledger(since=mark) if e["op"] == "create"]
+    creates = [
+        (e["status"], e["detail"]) for e in proxy.ledger(since=mark) if e["route"] == "POST /v2/sandboxes"
+    ]
     assert creates[0][0] == 429
     assert "status 429" in creates[0][1]
     assert creates[1] == (201, "")
@@ -66,11 +68,12 @@ async def test_lose_sandbox_mid_command(proxy: FaultProxy, sdk: Any, upstream: A
         await sandbox.commands.run("echo started; sleep 20; echo never")
     assert sandbox.sandbox_id not in _alive(upstream)
     entries = proxy.ledger(since=mark)
-    fault = [e for e in entries if e["op"] == "fault"]
-    assert fault
-    assert fault[0]["sandbox_id"] == sandbox.sandbox_id
-    assert "upstream kill answered 204" in fault[0]["detail"]
-    assert next(e["detail"] for e in entries if e["op"] == "run").endswith("lose_sandbox")
+    # Same shape as the emulator's ledger: the faulted request, then the loss as a kill.
+    faulted = [(e["op"], e["route"], e["detail"]) for e in entries if e["detail"]]
+    assert faulted[0] == ("fault", "POST /process.Process/Start", "f1: lose_sandbox")
+    lost = [e for e in entries if e["op"] == "kill"]
+    assert [e["sandbox_id"] for e in lost] == [sandbox.sandbox_id]
+    assert lost[0]["detail"] == "lost (fault): upstream kill answered 204"
 
 
 async def test_lose_sandbox_on_file_read(proxy: FaultProxy, sdk: Any, upstream: Any) -> None:

@@ -23,8 +23,11 @@ async def test_create_run_kill_round_trip(proxy: FaultProxy, sdk: Any, upstream:
     assert sandbox.sandbox_id in alive
     result = await sandbox.commands.run("echo hello; echo oops >&2; exit 0")
     assert (result.stdout, result.stderr, result.exit_code) == ("hello\n", "oops\n", 0)
+    seen = {s["sandbox_id"]: s for s in proxy.sandboxes(metadata=RUN)}
+    assert seen[sandbox.sandbox_id]["metadata"] == RUN
     assert await sandbox.kill() is True
     assert sandbox.sandbox_id not in {s["sandbox_id"] for s in upstream.sandboxes()}
+    assert sandbox.sandbox_id not in {s["sandbox_id"] for s in proxy.sandboxes()}
     ops = [(e["op"], e["sandbox_id"], e["status"]) for e in proxy.ledger(since=mark)]
     sid = sandbox.sandbox_id
     assert ops == [("create", sid, 201), ("run", sid, 200), ("kill", sid, 204)]
