@@ -29,6 +29,8 @@ body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;co
 h1{font-size:22px;margin:0 0 6px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #d0d7de}
 h3{font-size:15px;margin:18px 0 6px}
 table{border-collapse:collapse;margin:6px 0 12px;width:100%}
+table.cases{table-layout:fixed}table.cases col.c1{width:22%}table.cases col.c2{width:7%}
+table.cases col.c3{width:25%}table.cases col.c4{width:6%}table.cases col.c5,table.cases col.c6{width:20%}
 th,td{border:1px solid #d0d7de;padding:4px 8px;text-align:left;vertical-align:top}
 th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .badge{display:inline-block;padding:1px 8px;border-radius:10px;color:#fff;font-weight:600;font-size:12px}
@@ -92,6 +94,8 @@ def _header(manifest: Mapping[str, Any], coverage: Mapping[str, Any], problems: 
         ("started / finished (UTC)", f"{manifest.get('started_at')}  /  {manifest.get('finished_at')}"),
         ("git", f"{git.get('head') or 'no commit'}" + (" (dirty)" if git.get("dirty") else "")),
         ("catalog hash", manifest.get("catalog_hash", "n/a")),
+        ("seeds", manifest.get("seeds", "n/a")),
+        ("argv", " ".join(str(a) for a in manifest.get("argv") or [])),
         ("python / platform", f"{platform.get('python')} on {platform.get('platform')}"),
         ("packages", ", ".join(f"{k} {v}" for k, v in packages.items() if v)),
     ]
@@ -115,14 +119,13 @@ def _families(coverage: Mapping[str, Any]) -> str:
     slowest = max([float(f.get("seconds") or 0.0) for f in families.values()] + [1e-9])
     rows = []
     for name, fam in families.items():
-        bad = sum(int(fam.get(s, 0)) for s in ("failed", "error", "missing"))
         seconds = float(fam.get("seconds") or 0.0)
         width = max(1, round(120 * seconds / slowest)) if seconds else 0
         bar = f"<svg width='124' height='10'><rect width='{width}' height='10' fill='#0969da'/></svg>"
         cells = "".join(f"<td class='num'>{int(fam.get(s, 0))}</td>" for s in STATUS_ORDER)
         rows.append(
             f"<tr data-family='{escape(name)}'><td>{escape(name)}</td>"
-            f"<td>{_badge('failed' if bad else 'passed')}</td>{cells}"
+            f"<td>{_badge(_family_result(fam))}</td>{cells}"
             f"<td class='num'>{seconds:.2f}</td><td>{bar}</td></tr>"
         )
     head = "".join(f"<th>{s}</th>" for s in STATUS_ORDER)
@@ -130,6 +133,12 @@ def _families(coverage: Mapping[str, Any]) -> str:
         "<h2>Families</h2><table id='families'><tr><th>family</th><th>result</th>"
         f"{head}<th>seconds</th><th>time</th></tr>{''.join(rows)}</table>"
     )
+
+
+def _family_result(fam: Mapping[str, Any]) -> str:
+    if any(int(fam.get(s, 0)) for s in ("failed", "error", "missing")):
+        return "failed"
+    return "passed" if int(fam.get("passed", 0)) else "skipped"
 
 
 def _reward_values(cases: Iterable[Mapping[str, Any]]) -> dict[str, tuple[list[float], int]]:
@@ -191,9 +200,10 @@ def _rewards(cases: Sequence[Mapping[str, Any]]) -> str:
         return "<h2>Reward distributions</h2><p class='muted'>No case recorded rewards.</p>"
     plots = []
     for subject, (values, odd) in sorted(per_subject.items()):
-        note = f"{len(values)} rewards" + (f"; {odd} outside [0, 1] or not a number" if odd else "")
+        mean = f", mean {sum(values) / len(values):.3f}" if values else ""
+        note = f"{len(values)} rewards{mean}" + (f"; {odd} outside [0, 1] or not a number" if odd else "")
         plots.append(
-            f"<figure>{histogram_svg(values, f'{subject} rewards')}<figcaption>{escape(note)}</figcaption>"
+            f"<figure>{histogram_svg(values, f'{subject}: rewards')}<figcaption>{escape(note)}</figcaption>"
             "</figure>"
         )
     return f"<h2>Reward distributions</h2><div class='plots' id='rewards'>{''.join(plots)}</div>"
@@ -229,6 +239,8 @@ def _cases(coverage: Mapping[str, Any], cases: Sequence[Mapping[str, Any]]) -> s
         by_family.setdefault(str(entry.get("family")), []).append(entry)
     out = ["<h2>Cases: expectation vs observation</h2>"]
     for family, entries in sorted(by_family.items()):
+        if family == "unknown":
+            family = "unknown family (cases that never reported)"
         rows = []
         for entry in entries:
             case = by_id.get(str(entry.get("id")), {})
@@ -245,7 +257,9 @@ def _cases(coverage: Mapping[str, Any], cases: Sequence[Mapping[str, Any]]) -> s
                 f"<td>{_json_block(case.get('observed', {}))}</td></tr>"
             )
         out.append(
-            f"<h3>{escape(family)}</h3><table class='cases'><tr><th>case</th><th>subject</th><th>verdict</th>"
+            f"<h3>{escape(family)}</h3><table class='cases'>"
+            "<colgroup><col class='c1'><col class='c2'><col class='c3'><col class='c4'><col class='c5'>"
+            "<col class='c6'></colgroup><tr><th>case</th><th>subject</th><th>verdict</th>"
             f"<th>seconds</th><th>expected</th><th>observed</th></tr>{''.join(rows)}</table>"
         )
     return "\n".join(out)

@@ -188,11 +188,13 @@ def _check_index(root: Path, problems: list[str]) -> None:
 def _check_secrets(root: Path, redactor: Redactor, problems: list[str]) -> None:
     for rel in [*bundle_files(root), SUMS_NAME]:
         path = root / rel
+        # The path itself may hold the secret; findings show it redacted.
+        shown = redactor.text(rel)
         for finding in redactor.find(rel):
-            problems.append(f"file name {rel!r}: {finding}")
+            problems.append(f"file name {shown!r}: {finding}")
         if path.is_file() and not path.is_symlink():
             for finding in redactor.find(path.read_text(encoding="utf-8", errors="replace")):
-                problems.append(f"{rel}: {finding}")
+                problems.append(f"{shown}: {finding}")
 
 
 def verify_bundle(
@@ -222,8 +224,10 @@ def verify_bundle(
         for case_id in dict.fromkeys(expected_case_ids):
             if case_id not in present:
                 problems.append(f"expected case {case_id} is not in the bundle's inventory")
-    _check_secrets(root, Redactor(secrets or ()), problems)
-    return problems
+    redactor = Redactor(secrets or ())
+    _check_secrets(root, redactor, problems)
+    # Problems quote names and lines from the bundle; they are printed, so they are redacted too.
+    return [redactor.text(p) for p in problems]
 
 
 def _catalog_ids(paths: Sequence[str], subject: str) -> list[str]:

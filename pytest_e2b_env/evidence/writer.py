@@ -15,7 +15,6 @@ import re
 import sys
 import threading
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 from pytest_e2b_env.errors import ConfigError
 from pytest_e2b_env.evidence import runinfo
 from pytest_e2b_env.evidence.checksums import write_sums
+from pytest_e2b_env.evidence.coverage import build_coverage, case_report
 from pytest_e2b_env.evidence.junit import build_junit
 from pytest_e2b_env.evidence.records import (
     bound,
@@ -220,79 +220,12 @@ class _Finisher:
             }
 
     def _coverage(self) -> dict[str, Any]:
-        by_id: dict[str, list[dict[str, Any]]] = {}
-        for case in self.cases:
-            by_id.setdefault(case["id"], []).append(case)
-        entries: list[dict[str, Any]] = []
-        for case_id, records in by_id.items():
-            if len(records) > 1:
-                self.problems.append(
-                    f"case {case_id} was recorded {len(records)} times; every record is kept"
-                )
-            worst = max(records, key=lambda c: _SEVERITY[c["status"]])
-            entries.append(
-                {
-                    "id": case_id,
-                    "subject": worst["subject"],
-                    "family": worst["family"],
-                    "status": worst["status"],
-                    "reason": worst["reason"],
-                    "seconds": worst["seconds"],
-                    "records": len(records),
-                    "expected": case_id in self.expected,
-                    "reports": [c["files"]["report"] for c in records],
-                }
-            )
-        missing = [case_id for case_id in self.expected if case_id not in by_id]
-        for case_id in missing:
-            entries.append(
-                {
-                    "id": case_id,
-                    "subject": "unknown",
-                    "family": "unknown",
-                    "status": "missing",
-                    "reason": "expected case was never recorded (it did not run or its result was lost)",
-                    "seconds": None,
-                    "records": 0,
-                    "expected": True,
-                    "reports": [],
-                }
-            )
-        if missing:
-            self.problems.append(f"{len(missing)} expected case(s) missing: {', '.join(missing[:20])}")
-        if not entries:
-            self.problems.append("no case was expected or recorded; an empty run proves nothing")
-        order = {case_id: i for i, case_id in enumerate(self.expected)}
-        entries.sort(key=lambda e: (order.get(e["id"], len(order)), e["id"]))
-        counts = Counter(e["status"] for e in entries)
-        families: dict[str, dict[str, Any]] = {}
-        for entry in entries:
-            family = families.setdefault(
-                entry["family"],
-                {"passed": 0, "failed": 0, "skipped": 0, "error": 0, "missing": 0, "case_seconds": 0.0},
-            )
-            family[entry["status"]] += 1
-            family["case_seconds"] += entry["seconds"] or 0.0
-        for name, family in families.items():
-            family["seconds"] = self.family_seconds.get(name, family["case_seconds"])
-        complete = not missing and bool(entries)
-        unreasoned = [e["id"] for e in entries if e["status"] == "skipped" and not e["reason"]]
-        return {
-            "run_id": self.w.run_id,
-            "complete": complete,
-            "passed": complete and not unreasoned and not (counts["failed"] or counts["error"]),
-            "expected_count": len(self.expected),
-            "recorded_count": len(self.cases),
-            "counts": {s: counts.get(s, 0) for s in ("passed", "failed", "skipped", "error", "missing")},
-            "families": dict(sorted(families.items())),
-            "unexpected": [e["id"] for e in entries if not e["expected"]],
-            "skipped_without_reason": unreasoned,
-            "cases": entries,
-        }
+        coverage, problems = build_coverage(self.w.run_id, self.cases, self.expected, self.family_seconds)
+        self.problems.extend(problems)
+        return coverage
 
     def _write_cases(self) -> None:
         lines = []
-        seen: Counter[str] = Counter()
         for case in self.cases:
             line = {
                 k: case[k]
@@ -301,8 +234,7 @@ class _Finisher:
             line.update(verdict=case["status"], status=case["status"], reason=case["reason"])
             line["report"] = case["files"]["report"]
             lines.append(dumps(self.r.data(line)) + "\n")
-            seen[case["id"]] += 1
-            report = _report(case, self.w.run_id, self.w._manifest.get("mode"))
+            report = case_report(case, self.w.run_id, self.w._manifest.get("mode"))
             self._json(case["files"]["report"], report)
         self._text("cases.jsonl", "".join(lines))
 
@@ -391,27 +323,3 @@ class _Finisher:
         if target != self.w.final_path:
             self.problems.append(f"{self.w.final_path} appeared during the run; this bundle is {target.name}")
         return target
-
-
-def _report(case: dict[str, Any], run_id: str, mode: Any) -> dict[str, Any]:
-    """A case's report in the shape of OpenEnv's ``validate`` output (criteria plus a summary)."""
-    criteria = case["criteria"]
-    failed = [c["id"] for c in criteria if not c["passed"]]
-    required = [c for c in criteria if c.get("required", True)]
-    report = dict(case)
-    report.update(
-        target=case["id"],
-        validation_type="e2b_env_case",
-        standard_profile="pytest-e2b-env/1",
-        run_id=run_id,
-        mode=mode,
-        passed=case["status"] == "passed",
-        summary={
-            "passed_count": len(criteria) - len(failed),
-            "total_count": len(criteria),
-            "failed_criteria": failed,
-            "required_passed_count": sum(1 for c in required if c["passed"]),
-            "required_total_count": len(required),
-        },
-    )
-    return report

@@ -1,0 +1,224 @@
+"""verify_bundle and `pytest-e2b-env verify-evidence`: tampering, inventory, missing cases, secrets."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from evidence_helpers import IDS
+
+from pytest_e2b_env import cli
+from pytest_e2b_env.evidence import verify_bundle
+from pytest_e2b_env.evidence.checksums import write_sums
+from pytest_e2b_env.evidence.verify import main
+
+# Every file of the layout, one of each kind (case files of a sample case).
+LAYOUT_FILES = [
+    "run-manifest.json",
+    "coverage.json",
+    "cases.jsonl",
+    "cases/reward-good-correct/report.json",
+    "trajectories/reward-good-correct.jsonl",
+    "cleanup.json",
+    "logs/emulator.log",
+    "junit.xml",
+    "index.html",
+    "SHA256SUMS",
+]
+E2B_KEY = "e2b_" + "5f3a9c0d1e2b" * 3 + "abcd"
+SHAPED = {
+    "e2b key": E2B_KEY,
+    "hugging face token": "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123",
+    "sk- key": "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0K1l2",
+    "aws access key id": "AKIA" + "IOSFODNN7EXAMPLE",
+    "private key block": "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----",
+    "bearer token": "Authorization: Bearer 9f8e7d6c5b4a39281706f5e4",
+    "github token": "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8",
+}
+
+
+def _plant(bundle: Path, rel: str, text: str) -> None:
+    """Append ``text`` to a file and reseal the checksums, so only the planted text is wrong."""
+    path = bundle / rel
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(text)
+    if rel != "SHA256SUMS":
+        write_sums(bundle)
+
+
+def test_intact_bundle_has_no_problems(make_bundle):
+    """A freshly written bundle verifies clean, also against its expected case ids."""
+    bundle = make_bundle()
+    assert verify_bundle(bundle) == []
+    assert verify_bundle(bundle, expected_case_ids=IDS) == []
+
+
+@pytest.mark.parametrize("rel", [f for f in LAYOUT_FILES if f != "SHA256SUMS"])
+def test_tampered_file_is_detected(make_bundle, rel):
+    """Changing any file after writing is a checksum problem naming the file."""
+    bundle = make_bundle()
+    with (bundle / rel).open("a", encoding="utf-8") as handle:
+        handle.write("\n")
+    assert f"{rel} does not match its SHA-256 in SHA256SUMS (modified after writing)" in verify_bundle(bundle)
+
+
+def test_added_and_removed_files_are_detected(make_bundle):
+    """A file added after writing, or one removed, is reported."""
+    bundle = make_bundle()
+    (bundle / "logs" / "extra.log").write_text("late")
+    (bundle / "cleanup.json").unlink()
+    problems = verify_bundle(bundle)
+    assert "logs/extra.log is not covered by SHA256SUMS (added after the bundle was written?)" in problems
+    assert "cleanup.json is listed in SHA256SUMS but missing from the bundle" in problems
+    assert "cleanup.json is missing from the bundle" in problems
+
+
+def test_missing_checksum_file_is_a_problem(make_bundle):
+    """Without SHA256SUMS nothing can be trusted, and verify says so."""
+    bundle = make_bundle()
+    (bundle / "SHA256SUMS").unlink()
+    assert any(p.startswith("SHA256SUMS is missing") for p in verify_bundle(bundle))
+
+
+def test_symlink_and_escaping_paths_are_problems(make_bundle, tmp_path):
+    """A symlinked file or a SHA256SUMS line pointing outside the bundle is reported."""
+    bundle = make_bundle()
+    (tmp_path / "outside").write_text("x")
+    (bundle / "logs" / "link.log").symlink_to(tmp_path / "outside")
+    write_sums(bundle)
+    with (bundle / "SHA256SUMS").open("a") as handle:
+        handle.write(f"{'0' * 64}  ../outside\n")
+    problems = verify_bundle(bundle)
+    assert "logs/link.log is a symlink; a bundle holds regular files only" in problems
+    assert any("names a path outside the bundle: '../outside'" in p for p in problems)
+
+
+def test_expected_case_absent_from_inventory(make_bundle):
+    """A catalog case the bundle never mentions is reported by id."""
+    bundle = make_bundle()
+    problems = verify_bundle(bundle, expected_case_ids=[*IDS, "episode-good-repair"])
+    assert problems == ["expected case episode-good-repair is not in the bundle's inventory"]
+
+
+def test_inconsistent_inventory_is_detected(make_bundle):
+    """A case dropped from cases.jsonl, or a report that does not match, breaks the inventory."""
+    bundle = make_bundle()
+    lines = (bundle / "cases.jsonl").read_text().splitlines()
+    (bundle / "cases.jsonl").write_text("\n".join(lines[1:]) + "\n")
+    report = bundle / "cases" / "reward-lost-worker-twice" / "report.json"
+    report.write_text(json.dumps({"id": "someone-else", "criteria": []}))
+    (bundle / "trajectories" / "reward-good-correct.jsonl").unlink()
+    write_sums(bundle)
+    problems = verify_bundle(bundle)
+    assert "case reward-good-correct: coverage.json says 1 record(s), cases.jsonl has 0" in problems
+    assert any(
+        p.startswith("case reward-lost-worker-twice: cases/reward-lost-worker-twice/report.json is not")
+        for p in problems
+    )
+    assert any("trajectory file 'trajectories/reward-good-correct.jsonl' is missing" in p for p in problems)
+
+
+def test_failure_turned_pass_in_junit_is_detected(make_bundle):
+    """A junit.xml whose failing case lost its <failure> element is reported."""
+    bundle = make_bundle()
+    junit = (bundle / "junit.xml").read_text()
+    start = junit.index("<failure")
+    end = junit.index("</failure>") + len("</failure>")
+    (bundle / "junit.xml").write_text(junit[:start] + junit[end:])
+    write_sums(bundle)
+    problems = verify_bundle(bundle)
+    assert "junit.xml: reward-lost-worker-twice failed in coverage.json but passes in junit.xml" in problems
+
+
+def test_index_fetching_from_the_network_is_a_problem(make_bundle):
+    """An index.html that would load anything from elsewhere is not self-contained."""
+    bundle = make_bundle()
+    _plant(bundle, "index.html", "<img src='https://example.com/x.png'>")
+    assert any(p.startswith("index.html is not self-contained") for p in verify_bundle(bundle))
+
+
+@pytest.mark.parametrize("rel", LAYOUT_FILES)
+def test_environment_secret_planted_in_any_file_is_found(make_bundle, monkeypatch, rel):
+    """A secret environment variable's value in any file is a problem naming the file and the variable."""
+    bundle = make_bundle()
+    secret = "s3cr3t-value-from-env-0042"
+    monkeypatch.setenv("MY_SERVICE_TOKEN", secret)
+    _plant(bundle, rel, f"\nleaked {secret}\n")
+    problems = verify_bundle(bundle)
+    assert any(p.startswith(f"{rel}: value of $MY_SERVICE_TOKEN at offset") for p in problems), problems
+    assert all(secret not in p for p in problems)
+
+
+@pytest.mark.parametrize("rel", LAYOUT_FILES)
+@pytest.mark.parametrize("kind", sorted(SHAPED))
+def test_secret_shaped_string_planted_in_any_file_is_found(make_bundle, rel, kind):
+    """A secret-shaped string (keys, tokens, private keys) in any file is a problem naming its kind."""
+    bundle = make_bundle()
+    _plant(bundle, rel, "\n" + SHAPED[kind] + "\n")
+    problems = verify_bundle(bundle)
+    assert any(p.startswith(f"{rel}: {kind} at offset") for p in problems), problems
+
+
+def test_caller_secret_in_escaped_form_is_found(make_bundle):
+    """A caller's secret is found even where JSON or HTML escaping changed its characters."""
+    bundle = make_bundle()
+    secret = 'pa"ss<word>&1'
+    _plant(bundle, "coverage.json", json.dumps({"x": secret}))
+    _plant(bundle, "index.html", "<p>pa&quot;ss&lt;word&gt;&amp;1</p>")
+    problems = verify_bundle(bundle, secrets=[secret])
+    assert any(p.startswith("coverage.json: a secret value passed by the caller") for p in problems)
+    assert any(p.startswith("index.html: a secret value passed by the caller") for p in problems)
+
+
+def test_secret_in_a_file_name_is_found(make_bundle):
+    """A secret in a file name is found too."""
+    bundle = make_bundle()
+    (bundle / "logs" / f"{E2B_KEY}.log").write_text("x")
+    write_sums(bundle)
+    assert any(
+        p.startswith(f"file name 'logs/{E2B_KEY}.log'") is False and "file name" in p
+        for p in verify_bundle(bundle)
+    )
+
+
+def test_cli_exit_codes_and_output(make_bundle, capsys):
+    """verify-evidence prints each problem and exits 1; a clean bundle exits 0; secrets never printed."""
+    bundle = make_bundle()
+    assert cli.main(["verify-evidence", str(bundle)]) == 0
+    assert "is intact" in capsys.readouterr().out
+    _plant(bundle, "logs/emulator.log", E2B_KEY)
+    assert main([str(bundle)]) == 1
+    captured = capsys.readouterr()
+    assert "PROBLEM: logs/emulator.log: e2b key at offset" in captured.out
+    assert E2B_KEY not in captured.out + captured.err
+    assert "1 problem(s)" in captured.err
+
+
+def test_cli_as_a_process(make_bundle):
+    """`python -m pytest_e2b_env verify-evidence DIR` works end to end in a fresh interpreter."""
+    bundle = make_bundle(expected=[*IDS, "gone"])
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest_e2b_env", "verify-evidence", str(bundle)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert "PROBLEM: case gone is missing" in result.stdout
+
+
+def test_cli_bad_catalog_is_a_usage_error(make_bundle, capsys, tmp_path):
+    """A --catalog path that does not exist exits 2 with the reason."""
+    bundle = make_bundle()
+    assert main([str(bundle), "--catalog", str(tmp_path / "nope")]) == 2
+    assert "cannot load the catalog" in capsys.readouterr().err
+
+
+def test_not_a_directory(tmp_path):
+    """Pointing verify at something that is not a bundle directory says what to give instead."""
+    assert verify_bundle(tmp_path / "absent") == [
+        f"{tmp_path / 'absent'} is not a directory; give the bundle directory <output>/<run-id>"
+    ]
