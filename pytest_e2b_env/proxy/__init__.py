@@ -13,6 +13,7 @@ the upstream, fault cases of the catalog run live::
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -26,7 +27,9 @@ from pytest_e2b_env.proxy.recording import RecordingMiddleware
 from pytest_e2b_env.proxy.routing import domain_of_api_url
 from pytest_e2b_env.proxy.serve import ThreadedServer
 
-__all__ = ["FaultProxy", "ProxyFaults"]
+__all__ = ["DEFAULT_DOMAIN", "FaultProxy", "ProxyFaults"]
+
+DEFAULT_DOMAIN = "e2b.app"
 
 
 class ProxyFaults:
@@ -98,22 +101,29 @@ class _UpstreamTarget:
 class FaultProxy:
     """A fault-injecting, recording forward proxy on a free loopback port (context manager).
 
-    ``upstream_api_url`` is the E2B API (``https://api.e2b.app``) or an emulator URL;
+    ``upstream_api_url`` is the E2B API or an emulator URL (default: ``https://api.$E2B_DOMAIN``,
+    ``e2b.app`` when unset);
     ``upstream_sandbox_url`` is the envd endpoint when it is fixed (an emulator: its URL);
     leave it ``None`` for real E2B, where each sandbox's domain decides. ``api_key`` is the
     upstream key, used only to kill a sandbox for a ``lose_sandbox`` fault and handed to the
-    SDK by :meth:`sdk_env` / :meth:`sdk_opts`; it is never logged.
+    SDK by :meth:`sdk_env` / :meth:`sdk_opts` (default: ``$E2B_API_KEY``); it is never logged.
     """
 
     def __init__(
         self,
-        upstream_api_url: str,
+        upstream_api_url: str | None = None,
         upstream_sandbox_url: str | None = None,
         *,
-        api_key: str,
+        api_key: str | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
+        if upstream_api_url is None:
+            # Live default. E2B_API_URL is deliberately not read: in a shell that once pointed the
+            # SDK at an emulator it would silently turn a live run into an offline one.
+            upstream_api_url = f"https://api.{os.environ.get('E2B_DOMAIN') or DEFAULT_DOMAIN}"
+        if api_key is None:
+            api_key = os.environ.get("E2B_API_KEY", "")
         if not upstream_api_url.startswith(("http://", "https://")):
             raise ConfigError(
                 f"upstream_api_url={upstream_api_url!r} is not an http(s) URL. Example: https://api.e2b.app"
@@ -125,7 +135,8 @@ class FaultProxy:
             )
         if not api_key:
             raise ConfigError(
-                "api_key is empty; pass the upstream's key (E2B_API_KEY, or the emulator's api_key)"
+                "api_key is empty and E2B_API_KEY is not set; export your E2B API key "
+                "(or pass api_key=, e.g. an emulator's api_key)"
             )
         self.upstream_api_url = upstream_api_url.rstrip("/")
         self.upstream_sandbox_url = upstream_sandbox_url.rstrip("/") if upstream_sandbox_url else None
@@ -146,6 +157,7 @@ class FaultProxy:
         )
         self._server = ThreadedServer(app, host=host, port=port, name="fault proxy")
         self._running = False
+        self._closed = False
 
     def __repr__(self) -> str:  # never shows the key
         state = "running" if self._running else "stopped"
@@ -155,6 +167,8 @@ class FaultProxy:
 
     def start(self) -> FaultProxy:
         """Start serving (``with FaultProxy(...)`` does this)."""
+        if self._closed:
+            raise InfrastructureError("this FaultProxy was closed and cannot restart; make a new one")
         if not self._running:
             self._server.start()
             self._running = True
@@ -165,6 +179,7 @@ class FaultProxy:
         if not self._running:
             return
         self._running = False
+        self._closed = True
         # If the loop is already gone, its sockets went with it.
         with contextlib.suppress(InfrastructureError, TimeoutError):
             self._server.call(self._forwarder.aclose, timeout=10)
@@ -180,7 +195,7 @@ class FaultProxy:
 
     @property
     def url(self) -> str:
-        """``http://127.0.0.1:PORT``: both the API URL and the sandbox URL the SDK should use."""
+        """``http://127.0.0.1:PORT`` once started: the API URL and the sandbox URL the SDK should use."""
         return self._server.url
 
     def sdk_env(self) -> dict[str, str]:

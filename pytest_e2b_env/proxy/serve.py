@@ -32,20 +32,17 @@ class _Server(uvicorn.Server):
 class ThreadedServer:
     """uvicorn in a daemon thread; ``start()`` returns once the socket accepts connections.
 
-    The socket is bound before uvicorn starts, so the port is known up front and no
-    other process can take it between choosing and binding.
+    ``start()`` binds the socket itself before uvicorn runs, so the port is known at once
+    and no other process can take it between choosing and binding. Nothing is bound before
+    ``start()``, so an object that is never started holds no resources.
     """
 
     def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int = 0, name: str = "server") -> None:
         self.app = app
         self.host = host
         self.name = name
-        # IPPROTO_TCP explicitly: asyncio only sets TCP_NODELAY on accepted sockets whose proto is
-        # IPPROTO_TCP, and a proto-0 socket costs ~40 ms per request (Nagle + delayed ACK).
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind((host, port))
-        self.port: int = self._sock.getsockname()[1]
+        self.port = port
+        self._sock: socket.socket | None = None
         config = uvicorn.Config(
             app,
             lifespan="off",
@@ -67,13 +64,26 @@ class ThreadedServer:
 
     def start(self, timeout: float = 15.0) -> None:
         """Start serving; raise InfrastructureError if uvicorn is not up within ``timeout`` seconds."""
+        # IPPROTO_TCP explicitly: asyncio only sets TCP_NODELAY on accepted sockets whose proto is
+        # IPPROTO_TCP, and a proto-0 socket costs ~40 ms per request (Nagle + delayed ACK).
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.port))
+        except OSError as exc:
+            sock.close()
+            raise InfrastructureError(
+                f"{self.name} cannot listen on {self.host}:{self.port}: {exc}"
+            ) from None
+        self._sock = sock
+        self.port = sock.getsockname()[1]
 
         def run() -> None:
             loop = asyncio.new_event_loop()
             self._loop = loop
             asyncio.set_event_loop(loop)
             try:
-                loop.run_until_complete(self._server.serve(sockets=[self._sock]))
+                loop.run_until_complete(self._server.serve(sockets=[sock]))
             finally:
                 self._server.ready.set()  # a failed start must not leave start() waiting
                 loop.close()
@@ -96,4 +106,6 @@ class ThreadedServer:
         if self._thread is not None:
             self._thread.join(10)
             self._thread = None
-        self._sock.close()
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None

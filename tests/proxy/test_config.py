@@ -23,10 +23,25 @@ def test_sandbox_endpoint_must_be_derivable() -> None:
         FaultProxy("http://127.0.0.1:3000", api_key="k")
 
 
-def test_empty_key_is_refused() -> None:
-    """An empty key is refused before anything starts."""
-    with pytest.raises(ConfigError, match="api_key is empty"):
+def test_empty_key_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a key (argument or E2B_API_KEY) the proxy refuses to start and names the variable."""
+    monkeypatch.delenv("E2B_API_KEY", raising=False)
+    with pytest.raises(ConfigError, match="api_key is empty and E2B_API_KEY is not set"):
         FaultProxy("https://api.e2b.app", api_key="")
+    with pytest.raises(ConfigError, match="E2B_API_KEY is not set"):
+        FaultProxy()
+
+
+def test_live_defaults_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FaultProxy() targets https://api.$E2B_DOMAIN with $E2B_API_KEY, never $E2B_API_URL."""
+    monkeypatch.setenv("E2B_API_KEY", "e2b_test_key")
+    monkeypatch.setenv("E2B_API_URL", "http://127.0.0.1:1")
+    monkeypatch.delenv("E2B_DOMAIN", raising=False)
+    proxy = FaultProxy()
+    assert (proxy.upstream_api_url, proxy.upstream_sandbox_url) == ("https://api.e2b.app", None)
+    assert proxy.sdk_opts()["api_key"] == "e2b_test_key"
+    monkeypatch.setenv("E2B_DOMAIN", "sbx.example.org")
+    assert FaultProxy().upstream_api_url == "https://api.sbx.example.org"
 
 
 def test_key_never_in_repr(upstream: Any) -> None:
