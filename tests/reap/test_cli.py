@@ -109,3 +109,48 @@ def test_reap_cleans_up_after_a_sigkilled_host(
     assert sorted(result["confirmed"]) == sorted(s["sandbox_id"] for s in leaked)
     assert not [s for s in emulator.sandboxes() if (s["metadata"] or {}).get(RUN_KEY) == run_id]
     assert emulator.api_key not in reaped.stdout + reaped.stderr
+
+
+def test_list_then_reap_on_the_command_line(
+    alive: Callable[[], dict[str, Any]],
+    emulator: Any,
+    make_tagged: Callable[..., list[str]],
+    run_id: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--list shows the run and kills nothing; --run-id then reaps it and says so line by line."""
+    ids = make_tagged(2, run_id)
+    monkeypatch.setenv("E2B_API_URL", emulator.url)
+    monkeypatch.setenv("E2B_API_KEY", emulator.api_key)
+    assert main(["--list", "--json"]) == 0
+    runs = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)}
+    assert runs[run_id]["sandbox_ids"] == sorted(ids)
+    assert set(ids) <= set(alive())
+    assert main(["--run-id", run_id]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        *(f"reaped {sid}" for sid in sorted(ids)),
+        f"2 matched, 2 confirmed gone, 0 failed ({emulator.url})",
+    ]
+    assert not set(ids) & set(alive())
+
+
+def test_unkillable_sandbox_fails_the_command(
+    emulator: Any,
+    make_tagged: Callable[..., list[str]],
+    run_id: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A sandbox whose kill fails is printed with its error and the exit status is 1."""
+    (sid,) = make_tagged(1, run_id)
+    monkeypatch.setenv("E2B_API_KEY", emulator.api_key)
+    emulator.faults.add(route="DELETE /sandboxes/*", answer={"kill_fails": True}, times=1, sandbox=sid)
+    try:
+        assert main(["--api-url", emulator.url, "--run-id", run_id]) == 1
+    finally:
+        emulator.faults.clear()
+    out = capsys.readouterr().out
+    assert f"FAILED {sid}: kill failed: SandboxException: 500: kill failed (injected)" in out
+    assert main(["--api-url", emulator.url, "--run-id", run_id]) == 0
