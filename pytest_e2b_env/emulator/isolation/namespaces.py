@@ -187,15 +187,16 @@ class NamespaceBox(Box):
         with self._lock:
             if self._killed:
                 raise ProcessLookupError(errno.ESRCH, f"sandbox {self.sandbox_id} is not running")
+            error: Exception | None = None
             try:
                 _frames.send(self._sock, header, data)
                 reply = _frames.recv(self._sock)
             except (OSError, ValueError) as exc:
-                raise InfrastructureError(
-                    f"sandbox {self.sandbox_id} init stopped answering: {exc}"
-                ) from None
+                reply, error = None, exc
         if reply is None:
-            raise InfrastructureError(f"sandbox {self.sandbox_id} init is gone")
+            if _readable(self._pidfd):
+                raise ProcessLookupError(errno.ESRCH, f"sandbox {self.sandbox_id} is not running")
+            raise InfrastructureError(f"sandbox {self.sandbox_id} init stopped answering ({error or 'EOF'})")
         return reply
 
     def spawn(
@@ -230,20 +231,30 @@ class NamespaceBox(Box):
             # Forks made by this thread land in the sandbox's pid namespace until switched back.
             L.setns(self._ns["pid"], L.CLONE_NEWPID)
             try:
-                proc = subprocess.Popen(
-                    argv,
-                    env=env,
-                    stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    start_new_session=True,
-                    pass_fds=fds,
-                )
+                proc = self._popen(argv, env, stdin, fds)
             finally:
                 L.setns(self._backend.host_pidns, L.CLONE_NEWPID)
             self._procs = [p for p in self._procs if p.returncode is None]
             self._procs.append(proc)
         return proc
+
+    def _popen(
+        self, argv: list[str], env: dict[str, str], stdin: bool, fds: list[int]
+    ) -> subprocess.Popen[bytes]:
+        try:
+            return subprocess.Popen(
+                argv,
+                env=env,
+                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                pass_fds=fds,
+            )
+        except OSError as exc:
+            if _readable(self._pidfd):  # fork into a pid namespace whose init died: ENOMEM
+                raise ProcessLookupError(errno.ESRCH, f"sandbox {self.sandbox_id} is not running") from None
+            raise InfrastructureError(f"sandbox {self.sandbox_id}: cannot start a command: {exc}") from exc
 
     def _join_order(self) -> list[tuple[str, int]]:
         order = [("user", L.CLONE_NEWUSER), ("mnt", L.CLONE_NEWNS)]

@@ -1,0 +1,389 @@
+"""Isolation properties of the namespaces level, each proven from inside and checked from the host."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_e2b_env.emulator.isolation import BASE_DIR, Backend, Box, select_backend
+from pytest_e2b_env.emulator.isolation.namespaces import UID_BASE, NamespaceBox
+from pytest_e2b_env.errors import EmulatorError
+
+pytestmark = pytest.mark.namespaces
+
+
+@pytest.fixture(scope="module")
+def backend() -> Iterator[Backend]:
+    """A namespaces backend, or a skip carrying the reason this machine cannot have one."""
+    root = BASE_DIR / f"{os.getpid()}-ns-tests"
+    try:
+        chosen = select_backend(root=root, force="namespaces")
+    except EmulatorError as exc:
+        pytest.skip(str(exc))
+    yield chosen
+    chosen.close()
+
+
+@pytest.fixture
+def box(backend: Backend) -> Iterator[NamespaceBox]:
+    """A sandbox without internet, killed after the test."""
+    started = backend.start(f"n{uuid.uuid4().hex[:12]}", internet=False, envs={})
+    assert isinstance(started, NamespaceBox)
+    yield started
+    started.kill()
+
+
+def sh(box: Box, cmd: str, user: str = "user") -> tuple[int, str, str]:
+    """Run ``cmd`` to completion in the sandbox: (exit code, stdout, stderr)."""
+    proc = box.spawn(cmd, {}, "/home/user" if user == "user" else "/root", user, False)
+    out, err = proc.communicate(timeout=60)
+    return proc.returncode, out.decode(), err.decode()
+
+
+def eventually(check: Callable[[], object], seconds: float = 10) -> object:
+    """Poll ``check`` until truthy or ``seconds`` pass; returns its last value."""
+    deadline = time.monotonic() + seconds
+    while not (value := check()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return value
+
+
+def live_pids(needle: str) -> list[int]:
+    """Host pids (zombies excluded) whose command line contains ``needle``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if needle.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    found.append(int(entry))
+    return found
+
+
+def gone(pid: int) -> bool:
+    """True when ``pid`` has exited (missing or a zombie awaiting its reaper)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def host_uid(pid: int) -> int:
+    """Real uid of a host process as the host sees it."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Uid:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no Uid line for pid {pid}")
+
+
+def test_sandbox_root_is_an_unprivileged_host_uid(box: NamespaceBox) -> None:
+    """Root inside is uid 0 there and a shifted, unprivileged uid on the host."""
+    proc = box.spawn("id -u; cat /proc/self/uid_map; sleep 30", {}, "/root", "root", False)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"0\n"
+    inside_map = proc.stdout.readline().split()
+    assert inside_map[0] == b"0"
+    assert int(inside_map[1]) >= UID_BASE
+    assert inside_map[2] == b"65536"
+    assert host_uid(proc.pid) == int(inside_map[1])
+    box.signal(proc, signal.SIGKILL)
+    proc.communicate(timeout=30)
+
+
+def test_each_sandbox_gets_its_own_uid_range(backend: Backend, box: NamespaceBox) -> None:
+    """Two sandboxes map their root to different host uids."""
+    other = backend.start(f"n{uuid.uuid4().hex[:12]}", internet=False, envs={})
+    try:
+        maps = [Path(f"/proc/{b.init_pid}/uid_map").read_text().split()[1] for b in (box, other)]  # type: ignore[attr-defined]
+        assert maps[0] != maps[1]
+    finally:
+        other.kill()
+
+
+def test_root_writes_anywhere_but_only_in_its_copy(box: NamespaceBox) -> None:
+    """Sandbox root can write /etc, /opt and /usr/local; the host's files stay untouched."""
+    name = f"e2b-probe-{uuid.uuid4().hex[:8]}"
+    code, out, err = sh(
+        box,
+        f"mkdir -p /opt/{name} && echo hi > /opt/{name}/f && echo x > /etc/{name} && "
+        f"touch /usr/local/bin/{name} && mount -o remount,rw / && touch /usr/bin/{name} && cat /opt/{name}/f",
+        "root",
+    )
+    assert (code, out) == (0, "hi\n"), err
+    for host_path in (f"/opt/{name}", f"/etc/{name}", f"/usr/local/bin/{name}", f"/usr/bin/{name}"):
+        assert not os.path.lexists(host_path)
+    assert sh(box, f"cat /etc/{name}")[1] == "x\n"  # visible to the sandbox's other users
+
+
+def test_user_cannot_write_system_places(box: NamespaceBox) -> None:
+    """The unprivileged account gets permission errors outside its home, in commands and the files API."""
+    code, _, err = sh(box, "touch /etc/nope")
+    assert code != 0
+    assert "Permission denied" in err
+    with pytest.raises(PermissionError):
+        box.fs.write("/etc/nope", b"x", "user")
+    with pytest.raises(PermissionError):
+        box.fs.listdir("/root", 1, "user")
+    assert box.fs.write("/etc/yes", b"x", "root")["owner"] == "root"
+
+
+def test_host_secrets_are_out_of_sight(box: NamespaceBox) -> None:
+    """/etc/shadow, /root, /home, the project checkout and the host's /tmp are not visible, even to root."""
+    host_tmp = Path("/tmp") / f"host-only-{uuid.uuid4().hex[:8]}"
+    host_tmp.write_text("host")
+    try:
+        code, out, _ = sh(
+            box,
+            "cat /etc/shadow; echo ---; ls -A /root /home /tmp; echo ---; "
+            f"ls {host_tmp} {Path.cwd()} /var/tmp/pytest-e2b-env 2>&1; true",
+            "root",
+        )
+    finally:
+        host_tmp.unlink()
+    shadow, listing, missing = out.split("---\n")
+    host_shadow = Path("/etc/shadow").read_text()
+    hashed = [line for line in host_shadow.splitlines() if line.split(":")[1][:1] == "$"]
+    assert all(line not in shadow for line in hashed)
+    assert shadow != host_shadow
+    assert listing.split() == ["/home:", "user", "/root:", "/tmp:"]
+    assert missing.count("No such file or directory") == 3
+    code, _, err = sh(box, "cat /etc/shadow")
+    assert code != 0
+    assert "Permission denied" in err
+
+
+def test_tmp_is_private_per_sandbox(backend: Backend, box: NamespaceBox) -> None:
+    """A file in one sandbox's /tmp is neither on the host's /tmp nor in another sandbox."""
+    name = f"private-{uuid.uuid4().hex[:8]}"
+    assert sh(box, f"echo mine > /tmp/{name} && cat /tmp/{name}")[1] == "mine\n"
+    assert not os.path.exists(f"/tmp/{name}")
+    other = backend.start(f"n{uuid.uuid4().hex[:12]}", internet=False, envs={})
+    try:
+        assert sh(other, f"ls /tmp/{name}")[0] != 0
+    finally:
+        other.kill()
+
+
+def test_fresh_proc_minimal_dev_no_sys(box: NamespaceBox) -> None:
+    """/proc shows only the sandbox's processes, /dev holds a few safe nodes, /sys is empty."""
+    code, out, _ = sh(box, "ls /proc | grep -E '^[0-9]+$' | wc -l; echo $$; ls /dev; ls -A /sys | wc -l")
+    assert code == 0
+    lines = out.split()
+    assert int(lines[0]) <= 6  # init, this bash and the pipeline (ls, grep, wc)
+    assert int(lines[1]) < 10
+    assert {"null", "zero", "urandom", "pts", "shm"} <= set(lines[2:-1])
+    assert not {"vda", "sda", "mem", "kmsg"} & set(lines[2:-1])
+    assert lines[-1] == "0"
+    assert sh(box, "echo ok > /dev/null && head -c 4 /dev/urandom | wc -c")[1] == "4\n"
+
+
+def test_user_account_and_ownership(box: NamespaceBox) -> None:
+    """``user`` is uid 1000 with /home/user; its files (and parents made by write) are owned by it."""
+    assert (
+        sh(box, "id; echo $HOME; pwd")[1]
+        == "uid=1000(user) gid=1000(user) groups=1000(user)\n/home/user\n/home/user\n"
+    )
+    info = box.fs.write("/home/user/new/deeper/f.txt", b"x", "user")
+    assert (info["owner"], info["group"]) == ("user", "user")
+    assert (
+        sh(box, "stat -c %U:%G /home/user/new /home/user/new/deeper /home/user/new/deeper/f.txt")[1].split()
+        == ["user:user"] * 3
+    )
+    upper = box.directory / "upper" / "home" / "user" / "new" / "deeper" / "f.txt"
+    base = int(Path(f"/proc/{box.init_pid}/uid_map").read_text().split()[1])
+    assert upper.stat().st_uid == base + 1000  # host check: the shifted uid, never a host account
+    assert box.fs.write("/root/r.txt", b"x", "root")["owner"] == "root"
+
+
+def test_sudo_works_for_user(box: NamespaceBox) -> None:
+    """Passwordless sudo takes ``user`` to the sandbox's root, as on E2B's base template."""
+    if not os.path.exists("/usr/bin/sudo"):
+        pytest.skip("sudo is not installed on this host (apt-get install -y sudo)")
+    assert sh(box, "sudo -n id -u")[:2] == (0, "0\n")
+
+
+def test_no_network_without_internet(box: NamespaceBox) -> None:
+    """Without internet only lo exists: outside addresses are unreachable and host listeners unseen."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    probe = textwrap.dedent(f"""
+        import socket
+        for addr in [("1.1.1.1", 53), ("127.0.0.1", {port})]:
+            s = socket.socket(); s.settimeout(5)
+            try:
+                s.connect(addr); print("connected")
+            except OSError as exc:
+                print(type(exc).__name__, exc.errno)
+    """)
+    try:
+        code, out, _ = sh(
+            box,
+            "ls /sys/class/net 2>/dev/null; cat /proc/net/dev | tail -n +3 | cut -d: -f1; "
+            f"python3 -c '{probe}'",
+        )
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # host check: nothing reached the host's loopback
+    finally:
+        listener.close()
+    assert code == 0
+    lines = [line.strip() for line in out.splitlines()]
+    assert lines[0] == "lo"
+    assert lines[1] == "OSError 101"  # ENETUNREACH
+    assert lines[2] == "ConnectionRefusedError 111"  # the sandbox's own, empty loopback
+
+
+def test_internet_shares_the_host_network(backend: Backend) -> None:
+    """With internet the sandbox has the host's egress (it reaches a host listener)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    online = backend.start(f"n{uuid.uuid4().hex[:12]}", internet=True, envs={})
+    try:
+        code, out, _ = sh(
+            online, f"python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port})); print(1)'"
+        )
+        assert (code, out) == (0, "1\n")
+        listener.settimeout(10)
+        conn, _ = listener.accept()
+        conn.close()
+    finally:
+        listener.close()
+        online.kill()
+
+
+def test_nested_namespaces_and_user_switch_as_root(box: NamespaceBox) -> None:
+    """Sandbox root can nest pid/net/mount namespaces, mount tmpfs and setpriv to other users."""
+    code, out, err = sh(
+        box,
+        "unshare --pid --net --mount --fork --mount-proc "
+        "sh -c 'echo $$; mount -t tmpfs t /mnt && echo mounted'; "
+        "setpriv --reuid=1001 --regid=1001 --clear-groups id -u",
+        "root",
+    )
+    assert (code, out) == (0, "1\nmounted\n1001\n"), err
+
+
+def test_host_kernel_and_processes_are_out_of_reach(box: NamespaceBox) -> None:
+    """Sandbox root cannot signal host processes, set host sysctls or hostname, mount sysfs, make devices."""
+    victim = subprocess.Popen(["sleep", "300"])
+    try:
+        host_name = socket.gethostname()
+        _, out, _ = sh(
+            box,
+            f"kill -9 {victim.pid} 2>/dev/null; echo kill=$?; "
+            "{ echo 3 > /proc/sys/vm/drop_caches; } 2>/dev/null; echo sysctl=$?; "
+            "mount -t sysfs sysfs /mnt 2>/dev/null; echo sysfs=$?; "
+            "mknod /tmp/disk b 254 0 2>/dev/null; echo mknod=$?; "
+            "hostname sandboxed && echo hostname=$(hostname)",
+            "root",
+        )
+        assert victim.poll() is None  # host check: still running
+        assert socket.gethostname() == host_name
+    finally:
+        victim.kill()
+        victim.wait()
+    results = dict(line.split("=", 1) for line in out.split())
+    assert results == {"kill": "1", "sysctl": "1", "sysfs": "32", "mknod": "1", "hostname": "sandboxed"}
+
+
+def test_symlink_escape_in_file_api_is_denied(box: NamespaceBox) -> None:
+    """Links planted by sandbox root to host paths resolve inside the sandbox for every file operation."""
+    sh(
+        box,
+        "ln -s /etc/shadow /home/user/s1; ln -s ../../../../../../etc/shadow /home/user/s2; "
+        "ln -s /proc/1/root/etc/shadow /home/user/s3; ln -s /etc /home/user/etc-link",
+        "root",
+    )
+    host_shadow = Path("/etc/shadow").read_bytes()
+    for name in ("s1", "s2", "s3"):
+        with contextlib.suppress(OSError):
+            assert box.fs.read(f"/home/user/{name}", "root") != host_shadow
+    box.fs.write("/home/user/etc-link/planted", b"x", "root")
+    assert not os.path.exists("/etc/planted")  # host check
+    assert box.fs.read("/etc/planted", "root") == b"x"
+
+
+def test_kill_confirms_every_process_gone(backend: Backend) -> None:
+    """kill() returns only after the init, commands and setsid daemons are gone; files are removed."""
+    victim = backend.start(f"n{uuid.uuid4().hex[:12]}", internet=False, envs={})
+    assert isinstance(victim, NamespaceBox)
+    marker = f"daemon-{uuid.uuid4().hex[:8]}"
+    sh(victim, f"(setsid bash -c 'exec -a {marker} sleep 300' >/dev/null 2>&1 &); true", "root")
+    running = victim.spawn("sleep 300", {}, "/home/user", "user", False)
+    assert eventually(lambda: live_pids(marker))
+    victim.kill()
+    assert not live_pids(marker)
+    assert gone(victim.init_pid)
+    assert running.poll() is not None
+    running.communicate()
+    assert not victim.directory.exists()
+    assert not victim.alive()
+
+
+OWNER = textwrap.dedent("""
+    import json, sys
+    from pytest_e2b_env.emulator.isolation import select_backend
+    backend = select_backend(force="namespaces")
+    box = backend.start("orphan", internet=False, envs={})
+    marker = sys.argv[2]
+    daemon = f"(setsid bash -c 'exec -a {marker} sleep 300' >/dev/null 2>&1 &); true"
+    proc = box.spawn(daemon, {}, "/root", "root", False)
+    proc.communicate()
+    info = {"init": box.init_pid, "zygote": backend._zygote.pid, "root": str(backend.root)}
+    print(json.dumps(info), flush=True)
+    if sys.argv[1] == "raise":
+        raise RuntimeError("the owning process fails without cleaning up")
+    sys.stdin.read()
+""")
+
+
+@pytest.mark.parametrize("how", ["sigkill", "raise"])
+def test_nothing_outlives_the_owning_process(backend: Backend, how: str) -> None:
+    """When the backend's owner dies (SIGKILL, or an exception without cleanup), its sandboxes die too."""
+    marker = f"orphan-{uuid.uuid4().hex[:8]}"
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER, how, marker],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert owner.stdout is not None
+    info = json.loads(owner.stdout.readline())
+    assert live_pids(marker)
+    if how == "sigkill":
+        owner.kill()
+    owner.wait(timeout=60)
+    owner.stdout.close()
+    assert owner.stdin is not None
+    owner.stdin.close()
+    assert eventually(lambda: not live_pids(marker))
+    assert eventually(lambda: gone(info["init"]) and gone(info["zygote"]))
+    select_backend(force="process").close()  # any new backend sweeps directories of dead owners
+    assert not Path(info["root"]).exists()
+
+
+def test_a_sandbox_whose_init_died_reports_it(backend: Backend) -> None:
+    """A sandbox whose init died is not alive(), refuses spawn (ProcessLookupError), and kill() cleans up."""
+    lost = backend.start(f"n{uuid.uuid4().hex[:12]}", internet=False, envs={})
+    assert isinstance(lost, NamespaceBox)
+    os.kill(lost.init_pid, signal.SIGKILL)
+    assert eventually(lambda: not lost.alive())
+    with pytest.raises(ProcessLookupError):
+        lost.spawn("true", {}, "/home/user", "user", False)
+    lost.kill()
+    assert not lost.directory.exists()
