@@ -1,0 +1,215 @@
+"""``ReportEpisode``: the TRL ``environment_factory`` class, client side of the repair environment.
+
+TRL exposes every public method except ``reset`` and ``get_reward`` as a model tool, so the public
+methods are exactly ``reset``, ``terminal``, ``submit`` and ``get_reward``; everything else is
+private. Construction allocates nothing; the first ``reset`` connects (one OpenEnv WebSocket
+session per instance, reused across episodes, since TRL never calls ``close``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from collections.abc import Callable
+from typing import Any, ClassVar, NoReturn
+
+from pytest_e2b_env.errors import CleanupError, ConfigError, E2BEnvError, InfrastructureError
+
+#: Environment variable naming a running OpenEnv server (else one is started in-process on loopback).
+URL_ENV = "PYTEST_E2B_ENV_OPENENV_URL"
+#: Seconds the client waits for any one server reply; the server enforces the task deadlines.
+MESSAGE_TIMEOUT = 900.0
+
+
+def _raise(fatal: dict[str, Any]) -> NoReturn:
+    message = str(fatal.get("message") or "episode infrastructure failed")
+    if fatal.get("type") == "CleanupError":
+        raise CleanupError(message, fatal.get("ids") or ())
+    raise InfrastructureError(message)
+
+
+class ReportEpisode:
+    """A repair episode for TRL: ``reset(**row)``, tools ``terminal`` and ``submit``, ``get_reward()``.
+
+    The task comes from the dataset row's ``task`` column (JSON text or dict, the repair-task
+    schema). Infrastructure and cleanup failures raise :class:`InfrastructureError` /
+    :class:`CleanupError` at ``get_reward()`` even if TRL's tool loop swallowed them earlier;
+    they never become a reward.
+    """
+
+    #: The server-side environment class (None: the reference :class:`RepairEnvironment`). A
+    #: subclass that pins its own environment always gets its own process-wide loopback server.
+    _environment: ClassVar[Callable[..., Any] | None] = None
+
+    def __init__(self, base_url: str | None = None) -> None:
+        self._base_url = base_url
+        self._client: Any = None
+        self._fatal: dict[str, Any] | None = None
+        self._reward: float | None = None
+        self._closed = True  # no episode is open before the first reset
+        self._task_id: str | None = None
+        #: Evidence for the last step: the server's episode record (ids, timings, cleanup).
+        self.receipt: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ TRL API
+
+    def reset(self, **row: Any) -> str:
+        """Start a fresh episode for the row's ``task``; returns the task text for the prompt."""
+        task = row.get("task")
+        if task is None:
+            raise ConfigError(
+                "the dataset row has no 'task' column; add the repair task JSON, see docs/episode.md"
+            )
+        if isinstance(task, str):
+            try:
+                task = json.loads(task)
+            except ValueError:
+                raise ConfigError("the row's 'task' is not valid JSON text") from None
+        self._fatal, self._reward, self._closed, self.receipt = None, None, False, {}
+        self._task_id = task.get("id") if isinstance(task, dict) else None
+        payload = self._send("reset", {"task": task})
+        obs = payload.get("observation") or {}
+        if obs.get("status") == "config_error":
+            self._closed = True
+            raise ConfigError(str(obs.get("message")))
+        self._check(payload)
+        if obs.get("status") != "ready":
+            self._fail({"type": "InfrastructureError", "message": "reset did not report ready"})
+        return str(obs.get("message") or "")
+
+    def terminal(self, command: str) -> str:
+        """Run a shell command in the task's work directory and return its output.
+
+        Args:
+            command: Shell command text, run with sh -c in a fresh shell; files persist between calls.
+        """
+        if self._fatal is not None:
+            _raise(self._fatal)
+        if self._closed:
+            return "refused: the episode is finished; no further tool calls are accepted."
+        payload = self._send(
+            "step", {"type": "call_tool", "tool_name": "terminal", "arguments": {"command": command}}
+        )
+        self._check(payload)
+        obs = payload.get("observation") or {}
+        if obs.get("error"):
+            self._fail({"type": "InfrastructureError", "message": "terminal tool call failed on the server"})
+        if payload.get("done"):
+            self._closed = True
+            self._reward = payload.get("reward")
+        result = obs.get("result") or {}
+        data = result.get("data") if isinstance(result, dict) else None
+        return str(data if data is not None else "")
+
+    def submit(self) -> str:
+        """Submit the repaired program for grading on a hidden input; ends the episode."""
+        if self._fatal is not None:
+            _raise(self._fatal)
+        if self._closed:
+            return "refused: the episode is finished; no further tool calls are accepted."
+        self._closed = True
+        payload = self._send("step", {"type": "submit"})
+        self._check(payload)
+        reward = payload.get("reward")
+        if not isinstance(reward, int | float) or isinstance(reward, bool):
+            self._fail({"type": "InfrastructureError", "message": "submit returned no score"})
+        self._reward = float(reward)
+        return f"Submitted. Reward: {self._reward:g}"
+
+    def get_reward(self) -> float:
+        """The committed score; 0.0 when nothing was submitted and the policy sandbox is healthy.
+
+        Always releases the episode's sandboxes first; raises instead of returning a score when
+        any infrastructure or cleanup failure happened in this episode.
+        """
+        try:
+            if self._client is None:
+                raise InfrastructureError("get_reward() called before reset(); no episode ran")
+            finish_error: E2BEnvError | None = None
+            try:
+                payload = self._send("step", {"type": "finish"})
+                self._check(payload)
+            except E2BEnvError as exc:
+                finish_error = exc
+            if self._fatal is not None:
+                _raise(self._fatal)
+            if finish_error is not None:
+                raise finish_error
+            if self._reward is None:
+                reward = payload.get("reward")
+                if not isinstance(reward, int | float) or isinstance(reward, bool):
+                    raise InfrastructureError("the episode finished without a committed score")
+                self._reward = float(reward)
+            return float(self._reward)
+        finally:
+            self._closed = True
+
+    # ------------------------------------------------------------------ internals
+
+    def _url(self) -> str:
+        if self._base_url:
+            return self._base_url
+        env = type(self)._environment
+        if env is None and os.environ.get(URL_ENV):
+            return os.environ[URL_ENV]
+        from pytest_e2b_env.episode.server import shared_server
+
+        return shared_server(env)
+
+    def _connect(self) -> Any:
+        from openenv.core.generic_client import GenericEnvClient
+
+        client = GenericEnvClient(base_url=self._url(), message_timeout_s=MESSAGE_TIMEOUT).sync()
+        client.connect()
+        return client
+
+    def _send(self, kind: str, data: dict[str, Any]) -> dict[str, Any]:
+        """One request on the episode's session; any transport or server error is infrastructure."""
+        try:
+            if self._client is None:
+                self._client = self._connect()
+            result = self._client.reset(**data) if kind == "reset" else self._client.step(data)
+        except E2BEnvError:
+            raise
+        except Exception as exc:
+            self._drop_client()
+            # openenv error frames end in "(code: CAPACITY_REACHED)"; the code is safe to show.
+            code = re.search(r"\(code: ([A-Z_]+)\)", str(exc))
+            why = f"{type(exc).__name__}{', ' + code.group(1) if code else ''}"
+            self._fail({"type": "InfrastructureError", "message": f"OpenEnv {kind} failed ({why})"})
+        payload = {
+            "observation": result.observation or {},
+            "reward": result.reward,
+            "done": result.done,
+        }
+        episode = (payload["observation"].get("metadata") or {}).get("episode")
+        if isinstance(episode, dict):
+            self.receipt = episode
+        return payload
+
+    def _check(self, payload: dict[str, Any]) -> None:
+        obs = payload.get("observation") or {}
+        fatal = ((obs.get("metadata") or {}).get("episode") or {}).get("fatal")
+        if fatal:
+            self._fail(fatal)
+
+    def _fail(self, fatal: dict[str, Any]) -> NoReturn:
+        """Record the failure for the reward boundary, then raise it now (TRL may swallow this one)."""
+        if self._fatal is None:
+            self._fatal = dict(fatal)
+        self._closed = True
+        _raise(self._fatal)
+
+    def _close(self) -> None:
+        """Close the session (the server then releases its sandboxes). Private: TRL never calls it."""
+        self._drop_client()
+        self._closed = True
+
+    def _drop_client(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            # The session is already broken; the server closes it when the socket goes.
+            with contextlib.suppress(Exception):
+                client.close()

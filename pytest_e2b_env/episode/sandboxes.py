@@ -1,0 +1,207 @@
+"""Sandbox plumbing for episodes, through the real (sync) e2b SDK.
+
+Every sandbox is created with run-id metadata, a role, an episode tag and a server-side lifetime,
+so a sweep by run id (and episode) finds what a lost response left behind. SDK settings are passed
+explicitly on every call: library code never mutates ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pytest_e2b_env.errors import CleanupError
+
+#: Metadata key every sandbox of this tool carries (``reap`` and the sweeps look for it).
+RUN_KEY = "pytest_e2b_env_run"
+#: Extra seconds of server-side lifetime beyond the deadline a sandbox is created for.
+LIFETIME_SLACK = 30
+_PROCESS_RUN_ID = uuid.uuid4().hex[:12]
+
+
+def current_run_id(environ: Mapping[str, str] | None = None) -> str:
+    """Run id from ``PYTEST_E2B_ENV_RUN``, else one fresh id per process."""
+    env = os.environ if environ is None else environ
+    return env.get("PYTEST_E2B_ENV_RUN") or _PROCESS_RUN_ID
+
+
+def utc_now() -> str:
+    """ISO-8601 UTC timestamp with milliseconds."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True)
+class SandboxTarget:
+    """Where sandboxes come from: SDK settings, template and run id (the key is never printed)."""
+
+    api_key: str | None = field(default=None, repr=False)
+    api_url: str | None = None
+    sandbox_url: str | None = None
+    template: str = "base"
+    run_id: str = field(default_factory=current_run_id)
+    request_timeout: float = 15.0
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> SandboxTarget:
+        """Read ``E2B_API_KEY``, ``E2B_API_URL``, ``E2B_SANDBOX_URL``, ``PYTEST_E2B_ENV_TEMPLATE``
+        and ``PYTEST_E2B_ENV_RUN``."""
+        env = os.environ if environ is None else environ
+        return cls(
+            api_key=env.get("E2B_API_KEY") or None,
+            api_url=env.get("E2B_API_URL") or None,
+            sandbox_url=env.get("E2B_SANDBOX_URL") or None,
+            template=env.get("PYTEST_E2B_ENV_TEMPLATE") or "base",
+            run_id=current_run_id(env),
+        )
+
+    def opts(self) -> dict[str, Any]:
+        """ApiParams for every SDK call."""
+        out: dict[str, Any] = {"request_timeout": self.request_timeout}
+        for key in ("api_key", "api_url", "sandbox_url"):
+            value = getattr(self, key)
+            if value:
+                out[key] = value
+        return out
+
+
+def _sdk() -> Any:
+    import e2b  # lazy: the SDK is only needed once an episode starts
+
+    return e2b
+
+
+def create_sandbox(
+    target: SandboxTarget, *, role: str, episode: str, lifetime: float, internet: bool = False
+) -> Any:
+    """Create a tagged sandbox that dies on its own after ``lifetime`` (+ slack) seconds."""
+    e2b = _sdk()
+    return e2b.Sandbox.create(
+        template=target.template,
+        timeout=int(lifetime) + LIFETIME_SLACK,
+        metadata={RUN_KEY: target.run_id, "role": role, "episode": episode},
+        allow_internet_access=internet,
+        **target.opts(),
+    )
+
+
+def confirm_gone(target: SandboxTarget, ids: list[str], *, attempts: int = 3) -> list[dict[str, Any]]:
+    """Kill each sandbox and confirm it absent (``get_info`` -> not found), with bounded retries.
+
+    Returns one cleanup record per id. Raises :class:`CleanupError` naming every id that could not
+    be confirmed gone (the caller keeps owning them).
+    """
+    e2b = _sdk()
+    records: list[dict[str, Any]] = []
+    unresolved: list[str] = []
+    for sandbox_id in ids:
+        error = ""
+        for attempt in range(attempts):
+            try:
+                e2b.Sandbox.kill(sandbox_id, **target.opts())
+                e2b.Sandbox.get_info(sandbox_id, **target.opts())
+                error = "still running after kill"
+            except e2b.SandboxNotFoundException:
+                records.append({"sandbox_id": sandbox_id, "confirmed_absent_at": utc_now()})
+                break
+            except Exception as exc:  # any SDK/transport failure is retried, then reported
+                error = type(exc).__name__
+            time.sleep(0.1 * (attempt + 1))
+        else:
+            records.append({"sandbox_id": sandbox_id, "error": error})
+            unresolved.append(sandbox_id)
+    if unresolved:
+        raise CleanupError(f"could not confirm {len(unresolved)} sandbox(es) gone", unresolved)
+    return records
+
+
+def sweep(target: SandboxTarget, episode: str | None = None) -> list[str]:
+    """Ids of live sandboxes tagged with this run (and ``episode`` when given)."""
+    e2b = _sdk()
+    metadata = {RUN_KEY: target.run_id}
+    if episode is not None:
+        metadata["episode"] = episode
+    paginator = e2b.Sandbox.list(query=e2b.SandboxQuery(metadata=metadata), **target.opts())
+    found: list[str] = []
+    while paginator.has_next:
+        found += [info.sandbox_id for info in paginator.next_items()]
+    return found
+
+
+@dataclass
+class CommandOutcome:
+    """A finished command: exit code, bounded output, total output size, and whether the deadline hit."""
+
+    exit_code: int
+    output: str
+    size: int
+    timed_out: bool
+
+    @property
+    def truncated(self) -> bool:
+        """True when the command printed more than was kept."""
+        return self.size > len(self.output.encode("utf-8", "replace"))
+
+
+_MARK = re.compile(r"E2BENV rc=(\d+) size=(\d+)")
+
+
+def run_bounded(
+    sandbox: Any, command: str, *, cwd: str, seconds: float, output_bytes: int, merge_stderr: bool
+) -> CommandOutcome:
+    """Run ``command`` with ``sh -c`` in ``cwd``, SIGKILLed (with its process group) after ``seconds``.
+
+    Output goes to a file inside the sandbox and only its first ``output_bytes`` come back, so a
+    flood never reaches the host. The wrapper always exits 0 and reports the real exit code on
+    stderr; an SDK exception therefore means the infrastructure failed, not the command.
+    """
+    quoted = shlex.quote(command)
+    err = "&1" if merge_stderr else "/dev/null"
+    limit = max(1, round(seconds))
+    script = (
+        "f=$(mktemp) || exit 97; "
+        f'timeout -s KILL {limit} sh -c {quoted} >"$f" 2>{err} </dev/null; rc=$?; '
+        f'size=$(wc -c <"$f"); head -c {int(output_bytes)} "$f"; rm -f "$f"; '
+        'printf "E2BENV rc=%s size=%s\\n" "$rc" "$size" >&2'
+    )
+    started = time.monotonic()
+    # The SDK deadline is a backstop only: `timeout` inside the sandbox fires first.
+    result = sandbox.commands.run(script, cwd=cwd, timeout=limit + 15)
+    elapsed = time.monotonic() - started
+    found = _MARK.findall(result.stderr or "")
+    if not found:
+        raise RuntimeError("command wrapper printed no status line")
+    rc, size = (int(x) for x in found[-1])
+    return CommandOutcome(
+        exit_code=rc, output=result.stdout or "", size=size, timed_out=rc == 137 and elapsed >= limit
+    )
+
+
+def export_file(sandbox: Any, path: str, cap: int) -> bytes | None:
+    """Read at most ``cap`` bytes of ``path``; None when it is missing, not a file or larger than ``cap``."""
+    e2b = _sdk()
+    try:
+        info = sandbox.files.get_info(path)
+    except e2b.NotFoundException:
+        return None
+    if getattr(info.type, "value", info.type) != "file" or (info.size or 0) > cap:
+        return None
+    data = bytearray()
+    try:
+        stream = sandbox.files.read(path, format="stream")
+    except e2b.NotFoundException:
+        return None
+    try:
+        for chunk in stream:
+            data += chunk
+            if len(data) > cap:  # grew after the stat: still over the cap
+                return None
+    finally:
+        stream.close()
+    return bytes(data)
