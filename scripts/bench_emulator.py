@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -60,10 +62,14 @@ def bench_run(opts: dict[str, str], runs: int) -> tuple[list[float], list[float]
     finally:
         sbx.kill()
     bare = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        subprocess.run(["/bin/bash", "-l", "-c", "true"], check=True)
-        bare.append(time.perf_counter() - t0)
+    with tempfile.TemporaryDirectory() as home:
+        # envd's environment with an empty home, as in a fresh sandbox (the host's own login
+        # profile would measure the host's dotfiles instead of the command)
+        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": home}
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            subprocess.run(["/bin/bash", "-l", "-c", "true"], check=True, env=env, cwd=home)
+            bare.append(time.perf_counter() - t0)
     return rpc, bare
 
 
@@ -108,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     with Emulator(isolation=args.isolation) as emu:
         opts = emu.sdk_opts()
         print(f"emulator isolation: {emu.isolation} ({emu.isolation_reason})")
+        print(f"machine: {os.cpu_count()} cpus, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         bench_cycle(opts, 3)  # warm-up
         cycle = bench_cycle(opts, args.cycles)
         print(
@@ -121,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             f"  (n={len(rpc)}, target p50 <= 15 ms)"
         )
         print(
-            f"bare subprocess   p50 {_ms(statistics.median(bare))}  p95 {_ms(_pct(bare, 0.95))}"
+            f"bare bash -l -c   p50 {_ms(statistics.median(bare))}  p95 {_ms(_pct(bare, 0.95))}"
             f"  ratio emulator/bare p50 {ratio:.2f}x"
         )
         ok, errors, took = asyncio.run(bench_concurrent(opts, 16, 10))
