@@ -27,9 +27,12 @@ from pytest_e2b_env.proxy.recording import RecordingMiddleware
 from pytest_e2b_env.proxy.routing import domain_of_api_url
 from pytest_e2b_env.proxy.serve import ThreadedServer
 
-__all__ = ["DEFAULT_DOMAIN", "FaultProxy", "ProxyFaults"]
+__all__ = ["DEFAULT_DOMAIN", "LIVE_API_URL_ENV", "LIVE_SANDBOX_URL_ENV", "FaultProxy", "ProxyFaults"]
 
 DEFAULT_DOMAIN = "e2b.app"
+#: Point live mode at a self-hosted (or stand-in) E2B: its API URL, and its envd URL when fixed.
+LIVE_API_URL_ENV = "PYTEST_E2B_ENV_LIVE_API_URL"
+LIVE_SANDBOX_URL_ENV = "PYTEST_E2B_ENV_LIVE_SANDBOX_URL"
 
 
 class ProxyFaults:
@@ -101,10 +104,11 @@ class _UpstreamTarget:
 class FaultProxy:
     """A fault-injecting, recording forward proxy on a free loopback port (context manager).
 
-    ``upstream_api_url`` is the E2B API or an emulator URL (default: ``https://api.$E2B_DOMAIN``,
-    ``e2b.app`` when unset);
+    ``upstream_api_url`` is the E2B API or an emulator URL (default: ``$PYTEST_E2B_ENV_LIVE_API_URL``,
+    else ``https://api.$E2B_DOMAIN``, ``e2b.app`` when unset);
     ``upstream_sandbox_url`` is the envd endpoint when it is fixed (an emulator: its URL);
-    leave it ``None`` for real E2B, where each sandbox's domain decides. ``api_key`` is the
+    leave it ``None`` for real E2B, where each sandbox's domain decides (with no URL given,
+    ``$PYTEST_E2B_ENV_LIVE_SANDBOX_URL`` is used when set). ``api_key`` is the
     upstream key, used only to kill a sandbox for a ``lose_sandbox`` fault and handed to the
     SDK by :meth:`sdk_env` / :meth:`sdk_opts` (default: ``$E2B_API_KEY``); it is never logged.
     """
@@ -120,8 +124,13 @@ class FaultProxy:
     ) -> None:
         if upstream_api_url is None:
             # Live default. E2B_API_URL is deliberately not read: in a shell that once pointed the
-            # SDK at an emulator it would silently turn a live run into an offline one.
-            upstream_api_url = f"https://api.{os.environ.get('E2B_DOMAIN') or DEFAULT_DOMAIN}"
+            # SDK at an emulator it would silently turn a live run into an offline one. A
+            # self-hosted or stand-in E2B is named by our own, explicit variables instead.
+            upstream_api_url = os.environ.get(LIVE_API_URL_ENV) or (
+                f"https://api.{os.environ.get('E2B_DOMAIN') or DEFAULT_DOMAIN}"
+            )
+            if upstream_sandbox_url is None:
+                upstream_sandbox_url = os.environ.get(LIVE_SANDBOX_URL_ENV) or None
         if api_key is None:
             api_key = os.environ.get("E2B_API_KEY", "")
         if not upstream_api_url.startswith(("http://", "https://")):

@@ -36,12 +36,20 @@ def test_live_defaults_come_from_the_environment(monkeypatch: pytest.MonkeyPatch
     """FaultProxy() targets https://api.$E2B_DOMAIN with $E2B_API_KEY, never $E2B_API_URL."""
     monkeypatch.setenv("E2B_API_KEY", "e2b_test_key")
     monkeypatch.setenv("E2B_API_URL", "http://127.0.0.1:1")
-    monkeypatch.delenv("E2B_DOMAIN", raising=False)
+    for name in ("E2B_DOMAIN", "PYTEST_E2B_ENV_LIVE_API_URL", "PYTEST_E2B_ENV_LIVE_SANDBOX_URL"):
+        monkeypatch.delenv(name, raising=False)
     proxy = FaultProxy()
     assert (proxy.upstream_api_url, proxy.upstream_sandbox_url) == ("https://api.e2b.app", None)
     assert proxy.sdk_opts()["api_key"] == "e2b_test_key"
     monkeypatch.setenv("E2B_DOMAIN", "sbx.example.org")
     assert FaultProxy().upstream_api_url == "https://api.sbx.example.org"
+    monkeypatch.setenv("PYTEST_E2B_ENV_LIVE_API_URL", "http://10.0.0.7:3000")
+    monkeypatch.setenv("PYTEST_E2B_ENV_LIVE_SANDBOX_URL", "http://10.0.0.7:3001")
+    proxy = FaultProxy()
+    assert (proxy.upstream_api_url, proxy.upstream_sandbox_url) == (
+        "http://10.0.0.7:3000",
+        "http://10.0.0.7:3001",
+    )
 
 
 def test_key_never_in_repr(upstream: Any) -> None:
