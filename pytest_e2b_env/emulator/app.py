@@ -8,6 +8,7 @@ control plane or, when it carries ``E2b-Sandbox-Id``, to that sandbox's envd.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
@@ -32,6 +33,7 @@ SCOPE_SANDBOX = (
     "pytest_e2b_env.sandbox_id"  # set when the answer names a sandbox the request did not (create)
 )
 CONTROL_HEADER = "x-emulator-key"
+log = logging.getLogger("pytest_e2b_env.emulator")
 
 
 def _headers(scope: Scope) -> dict[str, str]:
@@ -141,6 +143,11 @@ class EmulatorApp:
 
         try:
             await self._faulted(scope, receive, send_recorded)
+        except Exception as exc:
+            # a bug or a broken sandbox must still give the client E2B's JSON error, not a hang
+            log.exception("emulator error on %s %s", method, template)
+            if not recorded:
+                await send_answer(send_recorded, error(500, f"internal emulator error: {type(exc).__name__}"))
         finally:
             if not recorded:  # no answer at all (dropped before the status line)
                 record(None)

@@ -126,8 +126,8 @@ class ControlPlane:
         allow_internet = internet is not False and "0.0.0.0/0" not in deny
         try:
             sbx = self.registry.create(template, int(timeout), metadata, envs, allow_internet)  # type: ignore[arg-type]
-        except OSError as exc:
-            return error(500, f"could not start a sandbox: {type(exc).__name__}: {exc.strerror}"), None
+        except Exception as exc:  # the isolation layer failed: an E2B-style 500, never a traceback
+            return error(500, f"could not start a sandbox: {type(exc).__name__}: {exc}"), None
         return answer(201, sbx.created()), sbx.sandbox_id
 
     def set_timeout(self, sbx: Sandbox, body: bytes) -> Answer:

@@ -24,6 +24,7 @@ from protobuf.wkt import Timestamp
 
 from pytest_e2b_env.emulator.envd_process import check_user, home_of, user_of
 from pytest_e2b_env.emulator.sandboxes import Registry, Sandbox
+from pytest_e2b_env.errors import InfrastructureError
 
 T = TypeVar("T")
 
@@ -84,8 +85,14 @@ class FilesystemService(filesystem_connect.Filesystem):
     async def _call(self, fn: Callable[[], T], path: str) -> T:
         try:
             return await asyncio.to_thread(fn)
+        except ProcessLookupError as exc:
+            raise ConnectError(Code.UNAVAILABLE, "The sandbox was not found") from exc
         except OSError as exc:
             raise _rpc_error(exc, path) from exc
+        except ValueError as exc:
+            raise ConnectError(Code.INVALID_ARGUMENT, f"{path}: {exc}") from exc
+        except InfrastructureError as exc:
+            raise ConnectError(Code.UNAVAILABLE, f"the sandbox failed: {type(exc).__name__}") from exc
 
     async def stat(self, request: F.StatRequest, ctx: Any) -> F.StatResponse:
         sbx, user = self._target(ctx)
@@ -131,7 +138,11 @@ def json_response(status: int, obj: Any) -> tuple[int, list[tuple[bytes, bytes]]
     return status, [(b"content-type", b"application/json")], json.dumps(obj).encode()
 
 
-def _http_error(exc: OSError, path: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+def _http_error(exc: Exception, path: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    if isinstance(exc, ProcessLookupError | InfrastructureError):
+        return json_response(502, {"code": 502, "message": "The sandbox was not found"})
+    if isinstance(exc, ValueError):
+        return json_response(400, {"code": 400, "message": f"bad path '{path}': {exc}"})
     if isinstance(exc, FileNotFoundError):
         return json_response(404, {"code": 404, "message": f"path '{path}' does not exist"})
     if isinstance(exc, IsADirectoryError):
@@ -179,7 +190,7 @@ async def files_api(
         path = sandbox_path(query.get("path", [""])[0], user)
         try:
             data = await asyncio.to_thread(sbx.box.fs.read, path, user)
-        except OSError as exc:
+        except (OSError, ValueError, InfrastructureError) as exc:
             return _http_error(exc, path)
         return 200, [(b"content-type", b"application/octet-stream")], data
     if method != "POST":
@@ -195,7 +206,7 @@ async def files_api(
         path = sandbox_path(raw_path, user)
         try:
             await asyncio.to_thread(sbx.box.fs.write, path, data, user)
-        except OSError as exc:
+        except (OSError, ValueError, InfrastructureError) as exc:
             return _http_error(exc, path)
         written.append({"name": posixpath.basename(path), "type": "file", "path": path})
     return json_response(200, written)

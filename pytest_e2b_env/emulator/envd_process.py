@@ -21,6 +21,7 @@ from e2b.envd.process import process_pb as P
 
 from pytest_e2b_env.emulator.processes import Proc
 from pytest_e2b_env.emulator.sandboxes import Registry, Sandbox, kill_signal
+from pytest_e2b_env.errors import InfrastructureError
 
 USERS = ("user", "root")
 
@@ -109,6 +110,13 @@ class ProcessService(process_connect.Process):
             raise ConnectError(Code.INVALID_ARGUMENT, f"cwd '{cwd}' does not exist") from exc
         except PermissionError as exc:
             raise ConnectError(Code.PERMISSION_DENIED, f"cannot start the process in '{cwd}'") from exc
+        except ValueError as exc:
+            raise ConnectError(Code.INVALID_ARGUMENT, str(exc)) from exc
+        except (ProcessLookupError, InfrastructureError, OSError) as exc:
+            if not sbx.box.alive():  # the sandbox died under us: it is gone, as on E2B
+                await self.registry.kill(sbx.sandbox_id, op="kill", detail="sandbox died")
+                raise ConnectError(Code.UNAVAILABLE, "The sandbox was not found") from exc
+            raise ConnectError(Code.INTERNAL, f"cannot start the process: {type(exc).__name__}") from exc
         tag = request.tag if request.has_field("tag") else None
 
         def forget(p: Proc) -> None:

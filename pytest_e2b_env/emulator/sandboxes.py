@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import logging
 import secrets
 import signal
 import string
@@ -26,6 +27,7 @@ ENVD_VERSION = "0.6.7"  # new enough for every 2.63 SDK feature gate (file metad
 DEFAULT_TIMEOUT_S = 300
 MAX_TIMEOUT_S = 24 * 3600
 _ID_ALPHABET = string.ascii_lowercase + string.digits
+log = logging.getLogger("pytest_e2b_env.emulator")
 
 
 def _now() -> dt.datetime:
@@ -169,7 +171,12 @@ class Registry:
     def _expire(self, sandbox_id: str) -> None:
         task = asyncio.ensure_future(self.kill(sandbox_id, op="expire", detail="lifetime reached"))
         self._killing.add(task)
-        task.add_done_callback(self._killing.discard)
+        task.add_done_callback(self._reaped)
+
+    def _reaped(self, task: asyncio.Task[bool]) -> None:
+        self._killing.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # already in the ledger; say it once
+            log.error("expiring a sandbox failed: %s", task.exception())
 
     async def kill(self, sandbox_id: str, *, op: str = "kill", detail: str = "") -> bool:
         """Kill the sandbox and every process in it; False if it was not running."""
@@ -181,8 +188,15 @@ class Registry:
             sbx.timer.cancel()
         for proc in list(sbx.procs.values()):
             proc.detach()  # before box.kill() closes the pipes our event loop is watching
-        await asyncio.to_thread(sbx.box.kill)
-        self._boxes.pop(sandbox_id, None)
+        try:
+            await asyncio.to_thread(sbx.box.kill)
+        except Exception as exc:
+            self.ledger.record(
+                "kill", sandbox_id=sandbox_id, detail=f"cleanup failed: {type(exc).__name__}: {exc}"
+            )
+            raise
+        finally:
+            self._boxes.pop(sandbox_id, None)
         if op != "kill" or detail:  # request-driven kills are already in the ledger as requests
             self.ledger.record(op, sandbox_id=sandbox_id, detail=detail)
         return True
