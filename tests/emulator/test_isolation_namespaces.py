@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from pytest_e2b_env.emulator.isolation import BASE_DIR, Backend, Box, select_backend
-from pytest_e2b_env.emulator.isolation.namespaces import UID_BASE, NamespaceBox
+from pytest_e2b_env.emulator.isolation.namespaces import MAX_PROCS, UID_BASE, NamespaceBackend, NamespaceBox
 from pytest_e2b_env.errors import EmulatorError
 
 pytestmark = pytest.mark.namespaces
@@ -387,3 +387,52 @@ def test_a_sandbox_whose_init_died_reports_it(backend: Backend) -> None:
         lost.spawn("true", {}, "/home/user", "user", False)
     lost.kill()
     assert not lost.directory.exists()
+
+
+FORK_BOMB = textwrap.dedent("""
+    import os, time
+    n = 0
+    try:
+        while True:
+            if os.fork() == 0:
+                time.sleep(60)
+                os._exit(0)
+            n += 1
+    except OSError as exc:
+        print(n, exc.errno)
+""")
+
+
+@pytest.mark.parametrize("user", ["root", "user"])
+def test_fork_bomb_is_capped_per_sandbox(backend: Backend, user: str) -> None:
+    """A fork bomb, even as sandbox root, stops at the sandbox's process cap (EAGAIN), not the host's."""
+    assert isinstance(backend, NamespaceBackend)
+    backend.max_procs = 40
+    try:
+        bombed = backend.start(f"n{uuid.uuid4().hex[:12]}", internet=False, envs={})
+    finally:
+        backend.max_procs = MAX_PROCS
+    assert isinstance(bombed, NamespaceBox)
+    try:
+        proc = bombed.spawn(f"python3 -c '{FORK_BOMB}'", {}, "/tmp", user, False)
+        assert proc.stdout is not None
+        forked, err = proc.stdout.readline().split()
+        assert err == b"11"  # EAGAIN
+        assert 10 < int(forked) < 40
+        base = int(Path(f"/proc/{bombed.init_pid}/uid_map").read_text().split()[1])
+        in_box = [
+            p
+            for p in os.listdir("/proc")
+            if p.isdigit() and _uid_or_none(int(p)) in range(base, base + 65536)
+        ]
+        assert len(in_box) <= 40  # host check
+    finally:
+        bombed.kill()
+    proc.communicate()
+
+
+def _uid_or_none(pid: int) -> int | None:
+    try:
+        return host_uid(pid)
+    except (OSError, AssertionError):
+        return None

@@ -26,6 +26,7 @@ import errno
 import fcntl
 import json
 import os
+import resource
 import selectors
 import signal
 import socket
@@ -144,8 +145,14 @@ def build_upper(cfg: dict[str, Any]) -> None:
 # -- steps 2-4: namespaces --------------------------------------------------------------------
 
 
-def make_userns(base: int) -> int:
-    """A user namespace mapping 0..65535 to base..base+65535, held by fd (its creator exits)."""
+def make_userns(base: int, max_procs: int) -> int:
+    """A user namespace mapping 0..65535 to base..base+65535, held by fd (its creator exits).
+
+    The creator first becomes host uid ``base`` with RLIMIT_NPROC = ``max_procs``: the kernel
+    then caps the processes of the whole sandbox (every uid in it, root included) at that
+    number, because they all count against the namespace owner's ucounts. Without this a fork
+    bomb in one sandbox would exhaust the host's pid space.
+    """
     ready_r, ready_w = os.pipe()
     hold_r, hold_w = os.pipe()
     pid = os.fork()
@@ -153,6 +160,10 @@ def make_userns(base: int) -> int:
         try:
             os.close(ready_r)
             os.close(hold_w)
+            os.setgroups([])
+            os.setresgid(base, base, base)
+            resource.setrlimit(resource.RLIMIT_NPROC, (max_procs, max_procs))
+            os.setresuid(base, base, base)
             L.unshare(L.CLONE_NEWUSER)
             os.write(ready_w, b"1")
             os.read(hold_r, 1)
@@ -357,7 +368,7 @@ def build_sandbox(cfg: dict[str, Any], sock: socket.socket, lifeline: int) -> No
         # Dies with the zygote, which outlives any sandbox start.
         L.prctl(L.PR_SET_PDEATHSIG, signal.SIGKILL)
         build_upper(cfg)
-        userns_fd = make_userns(cfg["base"])
+        userns_fd = make_userns(cfg["base"], cfg["max_procs"])
         idmapped_lower(cfg["lower"], userns_fd)
         enter_sandbox(cfg, userns_fd)
         if os.fork() == 0:

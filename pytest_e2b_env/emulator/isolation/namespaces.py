@@ -47,6 +47,8 @@ USER_UID = 1000
 UID_BASE = 0x100000
 UID_SLOTS = 32000
 START_SECONDS = 30.0
+#: Per-sandbox process cap: the host's pid space (32768 here) is shared by everyone.
+MAX_PROCS = 1024
 #: Top-level host entries a sandbox sees (read-only lower layer, copy-on-write).
 VISIBLE_TOP = frozenset(
     [
@@ -301,6 +303,8 @@ class NamespaceBackend(Backend):
     """Starts namespace sandboxes (host root required)."""
 
     level = "namespaces"
+    #: Most processes one sandbox may have at once (all its users together; see ``_init.make_userns``).
+    max_procs = MAX_PROCS
 
     def __init__(self, root: Path, reason: str) -> None:
         self.root = root
@@ -351,13 +355,17 @@ class NamespaceBackend(Backend):
         if self._closed:
             raise RuntimeError("the isolation backend is closed")
         directory = self.root / sandbox_id
-        directory.mkdir(mode=0o711)
+        base = UID_BASE + 0x10000 * ((os.getpid() * 211 + next(_slots)) % UID_SLOTS)
+        directory.mkdir(mode=0o700)
+        # Only the sandbox's own root (who mounts the overlay from these paths) and host root
+        # may enter: other host accounts never reach a sandbox's files.
+        os.chown(directory, base, base)
         for sub in ("lower", "root", "upper", "work"):
             (directory / sub).mkdir(mode=0o755)
-        base = UID_BASE + 0x10000 * ((os.getpid() * 211 + next(_slots)) % UID_SLOTS)
         parent, child = socket.socketpair()
         cfg = {
             "base": base,
+            "max_procs": self.max_procs,
             "internet": internet,
             "opaque": self._opaque,
             "whiteouts": self._whiteouts,
