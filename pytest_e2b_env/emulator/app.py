@@ -13,6 +13,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
+from connectrpc.code import Code
+from connectrpc.codec import proto_binary_codec, proto_json_codec
+from connectrpc.errors import ConnectError
 from e2b.envd.filesystem import filesystem_connect
 from e2b.envd.process import process_connect
 from pydantic import ValidationError
@@ -66,6 +69,30 @@ async def send_answer(send: Send, reply: Answer) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+class _InvalidArgumentCodec:
+    """A connect codec whose decode errors are INVALID_ARGUMENT (connect-go's answer), not INTERNAL."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def name(self) -> str:
+        return str(self._inner.name())
+
+    def encode(self, message: Any) -> bytes:
+        return bytes(self._inner.encode(message))
+
+    def decode(self, data: bytes | bytearray, message_class: type[Any]) -> Any:
+        try:
+            return self._inner.decode(data, message_class)
+        except Exception as exc:
+            raise ConnectError(
+                Code.INVALID_ARGUMENT, f"unmarshal {message_class.__name__}: malformed body"
+            ) from exc
+
+
+_CODECS = [_InvalidArgumentCodec(proto_json_codec()), _InvalidArgumentCodec(proto_binary_codec())]
+
+
 class _Target:
     """The fault layer's view of the emulator (see ``faults.FaultTarget``)."""
 
@@ -92,8 +119,12 @@ class EmulatorApp:
         self.registry = Registry(backend, self.ledger)
         self.faults = FaultPlan()
         self.control_plane = ControlPlane(self.registry)
-        self.process_app = process_connect.ProcessASGIApplication(ProcessService(self.registry))
-        self.fs_app = filesystem_connect.FilesystemASGIApplication(FilesystemService(self.registry))
+        self.process_app = process_connect.ProcessASGIApplication(
+            ProcessService(self.registry), codecs=_CODECS
+        )
+        self.fs_app = filesystem_connect.FilesystemASGIApplication(
+            FilesystemService(self.registry), codecs=_CODECS
+        )
         self._faulted = FaultMiddleware(self._core, self.faults, _Target(self.registry))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

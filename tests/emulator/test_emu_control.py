@@ -82,3 +82,27 @@ def test_faults_list_shows_counters(faults: Any, sbx: Any) -> None:
     sbx.is_running()
     (row,) = [r for r in faults.list() if r["id"] == rule]
     assert (row["seen"], row["fired"]) == (2, 2)
+
+
+def _post(emu: Emulator, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+    request = urllib.request.Request(emu.url + path, data=body, method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def test_garbage_on_envd_gets_a_json_error(emu: Emulator, sbx: Any) -> None:
+    """Malformed envd requests get a JSON error with a 4xx status, never a traceback or a hang."""
+    envd = {"E2b-Sandbox-Id": sbx.sandbox_id, "X-Access-Token": sbx._envd_access_token}
+    status, raw = _post(
+        emu, "/filesystem.Filesystem/Stat", b"{not json", {**envd, "Content-Type": "application/json"}
+    )
+    assert 400 <= status < 500
+    assert "code" in json.loads(raw)
+    status, raw = _post(emu, "/files", b"data", {**envd, "Content-Type": "application/octet-stream"})
+    assert status == 400
+    assert json.loads(raw)["code"] == 400
+    status, raw = _post(emu, "/nope", b"", envd)
+    assert (status, json.loads(raw)["code"]) == (404, 404)
