@@ -108,7 +108,7 @@ def format_outcome(outcome: CommandOutcome, seconds: float) -> str:
     """What the policy reads after a command: output, truncation, exit code, deadline kill."""
     parts = [outcome.output.rstrip("\n")] if outcome.output else []
     if outcome.truncated:
-        parts.append(f"[output truncated: {outcome.size} bytes, first {len(outcome.output.encode())} shown]")
+        parts.append(f"[output truncated: first {len(outcome.output.encode())} bytes shown]")
     if outcome.timed_out:
         parts.append(f"[killed: the command exceeded its {seconds:g} s deadline; the episode goes on]")
     elif outcome.exit_code != 0:

@@ -136,20 +136,17 @@ def sweep(target: SandboxTarget, episode: str | None = None) -> list[str]:
 
 @dataclass
 class CommandOutcome:
-    """A finished command: exit code, bounded output, total output size, and whether the deadline hit."""
+    """A finished command: exit code, bounded output, whether more was printed, whether the deadline hit."""
 
     exit_code: int
     output: str
-    size: int
+    truncated: bool
     timed_out: bool
 
-    @property
-    def truncated(self) -> bool:
-        """True when the command printed more than was kept."""
-        return self.size > len(self.output.encode("utf-8", "replace"))
 
-
-_MARK = re.compile(r"E2BENV rc=(\d+) size=(\d+)")
+_MARK = re.compile(r"E2BENV rc=(\d+)")
+#: Where a command's output lands inside the sandbox (its private /tmp) before the host reads a prefix.
+_OUT = "/tmp/.pytest_e2b_env_out"
 
 
 def run_bounded(
@@ -159,28 +156,44 @@ def run_bounded(
 
     Output goes to a file inside the sandbox and only its first ``output_bytes`` come back, so a
     flood never reaches the host. The wrapper always exits 0 and reports the real exit code on
-    stderr; an SDK exception therefore means the infrastructure failed, not the command.
+    stderr; an SDK exception therefore means the infrastructure failed, not the command. Every
+    process spawned costs milliseconds, so the wrapper spawns only ``timeout``, ``sh`` and ``head``.
     """
     quoted = shlex.quote(command)
     err = "&1" if merge_stderr else "/dev/null"
     limit = max(1, round(seconds))
-    script = (
-        "f=$(mktemp) || exit 97; "
-        f'timeout -s KILL {limit} sh -c {quoted} >"$f" 2>{err} </dev/null; rc=$?; '
-        f'size=$(wc -c <"$f"); head -c {int(output_bytes)} "$f"; rm -f "$f"; '
-        'printf "E2BENV rc=%s size=%s\\n" "$rc" "$size" >&2'
-    )
+    script = f'timeout -s KILL {limit} sh -c {quoted} >{_OUT} 2>{err} </dev/null; printf "E2BENV rc=%s" "$?"'
     started = time.monotonic()
     # The SDK deadline is a backstop only: `timeout` inside the sandbox fires first.
     result = sandbox.commands.run(script, cwd=cwd, timeout=limit + 15)
     elapsed = time.monotonic() - started
-    found = _MARK.findall(result.stderr or "")
+    found = _MARK.findall(result.stdout or "")
     if not found:
         raise RuntimeError("command wrapper printed no status line")
-    rc, size = (int(x) for x in found[-1])
+    rc = int(found[-1])
+    raw = read_prefix(sandbox, _OUT, output_bytes + 1) or b""
+    output = raw[:output_bytes].decode("utf-8", "replace")
     return CommandOutcome(
-        exit_code=rc, output=result.stdout or "", size=size, timed_out=rc == 137 and elapsed >= limit
+        rc, output, truncated=len(raw) > output_bytes, timed_out=rc == 137 and elapsed >= limit
     )
+
+
+def read_prefix(sandbox: Any, path: str, limit: int) -> bytes | None:
+    """At most ``limit`` bytes from the start of ``path`` (streamed, then closed); None if missing."""
+    e2b = _sdk()
+    try:
+        stream = sandbox.files.read(path, format="stream")
+    except e2b.NotFoundException:
+        return None
+    data = bytearray()
+    try:
+        for chunk in stream:
+            data += chunk
+            if len(data) >= limit:
+                break
+    finally:
+        stream.close()
+    return bytes(data[:limit])
 
 
 def export_file(sandbox: Any, path: str, cap: int) -> bytes | None:
@@ -192,16 +205,7 @@ def export_file(sandbox: Any, path: str, cap: int) -> bytes | None:
         return None
     if getattr(info.type, "value", info.type) != "file" or (info.size or 0) > cap:
         return None
-    data = bytearray()
-    try:
-        stream = sandbox.files.read(path, format="stream")
-    except e2b.NotFoundException:
+    data = read_prefix(sandbox, path, cap + 1)
+    if data is None or len(data) > cap:  # gone, or grew past the cap after the stat
         return None
-    try:
-        for chunk in stream:
-            data += chunk
-            if len(data) > cap:  # grew after the stat: still over the cap
-                return None
-    finally:
-        stream.close()
-    return bytes(data)
+    return data

@@ -91,7 +91,7 @@ class Submission:
             ep.task.command,
             cwd=ep.task.workdir,
             seconds=ep.task.limits.verify_seconds,
-            output_bytes=VERIFY_OUTPUT_BYTES + 1,
+            output_bytes=VERIFY_OUTPUT_BYTES,
             merge_stderr=False,
         )
 
@@ -102,7 +102,7 @@ class Submission:
         if outcome.exit_code != 0:
             ep.notes.append(f"verifier command exited {outcome.exit_code}: scored 0")
             return 0.0
-        if outcome.size > VERIFY_OUTPUT_BYTES:
+        if outcome.truncated:
             ep.notes.append("verifier output over the size limit: scored 0")
             return 0.0
         return self._grade(outcome.output, ep.task.verification.expected)

@@ -156,9 +156,9 @@ def test_malformed_json_scores_zero(output: str | bytes) -> None:
 
 def test_outcome_formatting_for_the_policy() -> None:
     """The policy reads output, then truncation, deadline or exit-code notes."""
-    assert format_outcome(CommandOutcome(0, "", 0, False), 10) == "(no output)"
-    assert format_outcome(CommandOutcome(2, "oops\n", 5, False), 10) == "oops\n[exit code 2]"
-    killed = format_outcome(CommandOutcome(137, "", 0, True), 1.5)
+    assert format_outcome(CommandOutcome(0, "", False, False), 10) == "(no output)"
+    assert format_outcome(CommandOutcome(2, "oops\n", False, False), 10) == "oops\n[exit code 2]"
+    killed = format_outcome(CommandOutcome(137, "", False, True), 1.5)
     assert killed == "[killed: the command exceeded its 1.5 s deadline; the episode goes on]"
 
 

@@ -1,0 +1,108 @@
+"""The episode smoke: two real episodes through the OpenEnv server, as a JSON-ready receipt.
+
+Offline it starts the emulator; live it uses real E2B through ``E2B_API_KEY``. Either way it
+serves the repair environment on loopback and drives it with the real ``ReportEpisode``:
+episode 1 submits the buggy starter (0.0), episode 2 inspects, repairs, reruns and submits (1.0).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from pytest_e2b_env.episode.client import ReportEpisode
+from pytest_e2b_env.episode.sandboxes import SandboxTarget, sweep
+from pytest_e2b_env.episode.server import LoopbackServer, create_app
+from pytest_e2b_env.episode.task import load_repair, task_row
+from pytest_e2b_env.errors import ConfigError
+
+TASK = "weekly-sales"
+
+
+@contextlib.contextmanager
+def _target(live: bool, run_id: str) -> Iterator[tuple[SandboxTarget, str]]:
+    if live:
+        if not os.environ.get("E2B_API_KEY"):
+            raise ConfigError(
+                "smoke episode --live needs E2B_API_KEY in the environment; export it and rerun"
+            )
+        base = SandboxTarget.from_env()
+        yield SandboxTarget(base.api_key, base.api_url, base.sandbox_url, base.template, run_id), "live"
+        return
+    from pytest_e2b_env.emulator import Emulator
+
+    with Emulator() as emu:
+        env = emu.sdk_env()
+        target = SandboxTarget(env["E2B_API_KEY"], env["E2B_API_URL"], env["E2B_SANDBOX_URL"], run_id=run_id)
+        yield target, f"offline ({emu.isolation})"
+
+
+def _summary(receipt: dict[str, Any]) -> dict[str, Any]:
+    by_role = {s["role"]: s["sandbox_id"] for s in receipt.get("sandboxes", [])}
+    return {
+        "policy_id": by_role.get("policy"),
+        "verifier_id": by_role.get("verifier"),
+        "reward": receipt.get("reward"),
+        "committed_after_cleanup": receipt.get("committed_after_cleanup"),
+        "timings": receipt.get("timings", {}),
+        "cleanup": receipt.get("cleanup", []),
+    }
+
+
+def episode_smoke(live: bool) -> dict[str, Any]:
+    """Run the two smoke episodes; returns the receipt (``ok`` is True when rewards are [0.0, 1.0]
+    and every sandbox was confirmed gone). Raises on infrastructure failure, never scores it."""
+    run_id = os.environ.get("PYTEST_E2B_ENV_RUN") or f"smoke-{uuid.uuid4().hex[:8]}"
+    started = time.monotonic()
+    with (
+        _target(live, run_id) as (target, mode),
+        LoopbackServer(create_app(target=target, max_sessions=2)) as srv,
+    ):
+        env = ReportEpisode(srv.url)
+        episodes: list[dict[str, Any]] = []
+        try:
+            for repair in (False, True):
+                t0 = time.monotonic()
+                env.reset(**task_row(TASK))
+                reset_s = time.monotonic() - t0
+                if repair:
+                    for command in load_repair(TASK):
+                        env.terminal(command)
+                t0 = time.monotonic()
+                env.submit()
+                submit_s = time.monotonic() - t0
+                reward = env.get_reward()
+                entry = _summary(env.receipt)
+                entry.update(
+                    reward=reward, reset_seconds=round(reset_s, 4), submit_seconds=round(submit_s, 4)
+                )
+                episodes.append(entry)
+        finally:
+            env._close()
+        leaked = sweep(target)
+    rewards = [e["reward"] for e in episodes]
+    confirmed = not leaked and all(e["committed_after_cleanup"] for e in episodes)
+    return {
+        "ok": rewards == [0.0, 1.0] and confirmed,
+        "mode": mode,
+        "run_id": run_id,
+        "task": TASK,
+        "rewards": rewards,
+        "confirmed_cleanup": confirmed,
+        "leaked_sandboxes": leaked,
+        "episodes": episodes,
+        "seconds": round(time.monotonic() - started, 3),
+    }
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    receipt = episode_smoke(live="--live" in sys.argv[1:])
+    print(json.dumps(receipt, indent=2))
+    raise SystemExit(0 if receipt["ok"] else 1)
