@@ -28,13 +28,14 @@ BASE_DIR = Path("/var/tmp/pytest-e2b-env")
 
 
 def _sweep_stale(base: Path) -> None:
-    """Remove sandbox directories left by emulators that died (the pid directory names a dead process)."""
+    """Remove sandbox directories left by emulators that died (the directory name starts with a dead pid)."""
     with contextlib.suppress(OSError):
         for entry in base.iterdir():
-            if not entry.name.isdigit() or entry.stat().st_uid != os.geteuid():
+            owner = entry.name.split("-", 1)[0]  # "<pid>" or "<pid>-<label>"
+            if not owner.isdigit() or entry.stat().st_uid != os.geteuid():
                 continue
             try:
-                os.kill(int(entry.name), 0)
+                os.kill(int(owner), 0)
             except ProcessLookupError:
                 shutil.rmtree(entry, ignore_errors=True)
             except PermissionError:

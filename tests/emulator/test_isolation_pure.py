@@ -1,0 +1,60 @@
+"""Pure helpers of the isolation package: path normalization and envd's permission strings."""
+
+from __future__ import annotations
+
+import posixpath
+import stat
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pytest_e2b_env.emulator.isolation.api import envd_env, home_of
+from pytest_e2b_env.emulator.isolation.fsops import go_mode_string, normalize
+
+segments = st.lists(st.sampled_from(["a", "b", ".", "..", "", "x y", "ü"]), max_size=8)
+
+
+@given(segments, st.booleans())
+def test_normalize_is_absolute_clean_and_idempotent(parts: list[str], absolute: bool) -> None:
+    """Any path normalizes to an absolute path without '.', '..' or empty segments, and stays put after."""
+    path = ("/" if absolute else "") + "/".join(parts)
+    out = normalize(path, "/home/user")
+    assert out.startswith("/")
+    assert not out.startswith("//")
+    assert all(seg not in (".", "..", "") for seg in out.split("/")[1:]) or out == "/"
+    assert normalize(out, "/elsewhere") == out
+
+
+@given(segments)
+def test_relative_paths_start_at_home(parts: list[str]) -> None:
+    """A relative path is taken from the home directory, as envd does."""
+    rel = "/".join(p for p in parts if p not in ("", ".", "..")) or "."
+    assert normalize(rel, "/home/user") == posixpath.normpath(posixpath.join("/home/user", rel))
+
+
+def test_empty_path_is_home() -> None:
+    """An empty path means the home directory."""
+    assert normalize("", "/root") == "/root"
+
+
+@given(st.integers(min_value=0, max_value=0o777), st.sampled_from([stat.S_IFREG, stat.S_IFDIR]))
+def test_go_mode_string_matches_ls_for_plain_modes(perm: int, kind: int) -> None:
+    """Without special bits Go's FileMode string equals ls's, 'd' included."""
+    assert go_mode_string(kind | perm) == stat.filemode(kind | perm)
+
+
+def test_go_mode_string_special_kinds() -> None:
+    """Symlinks, devices and sticky directories use Go's letters (L, Dc, dt)."""
+    assert go_mode_string(stat.S_IFLNK | 0o777) == "Lrwxrwxrwx"
+    assert go_mode_string(stat.S_IFCHR | 0o666) == "Dcrw-rw-rw-"
+    assert go_mode_string(stat.S_IFDIR | stat.S_ISVTX | 0o777) == "dtrwxrwxrwx"
+    assert go_mode_string(stat.S_IFREG | stat.S_ISUID | 0o755) == "urwxr-xr-x"
+
+
+def test_envd_env_order() -> None:
+    """PATH, HOME, USER, LOGNAME come first; sandbox envs override them and command envs override both."""
+    env = envd_env("user", home_of("user"), {"A": "box", "HOME": "/x"}, {"A": "cmd"})
+    assert env["A"] == "cmd"
+    assert env["HOME"] == "/x"
+    assert env["USER"] == env["LOGNAME"] == "user"
+    assert home_of("root") == "/root"
