@@ -195,7 +195,9 @@ class EmulatorApp:
             await send_answer(send, error(401, "Invalid API key"))
             return
         query = scope.get("query_string", b"").decode("latin-1")
-        reply, concerned = await self.control_plane.handle(scope["method"], scope["path"], query, body)
+        reply, concerned = await self.control_plane.handle(
+            scope["method"], scope["path"], query, body, headers
+        )
         if concerned is not None:
             scope[SCOPE_SANDBOX] = concerned
         await send_answer(send, reply)

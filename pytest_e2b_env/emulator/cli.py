@@ -11,6 +11,7 @@ import ctypes
 import os
 import signal
 import sys
+from typing import NoReturn
 
 from pytest_e2b_env.errors import EmulatorError
 
@@ -29,8 +30,15 @@ def _port(value: str) -> int:
     return port
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Misuse is one line on stderr (no usage dump) and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="pytest-e2b-env emulator",
         description="Serve a local E2B-compatible API + envd for the real e2b SDK (see the printed lines).",
     )

@@ -71,8 +71,11 @@ class ControlPlane:
 
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
+        self._idempotent: dict[str, str] = {}  # Idempotency-Key -> the sandbox that key created
 
-    async def handle(self, method: str, path: str, query: str, body: bytes) -> tuple[Answer, str | None]:
+    async def handle(
+        self, method: str, path: str, query: str, body: bytes, headers: Mapping[str, str] | None = None
+    ) -> tuple[Answer, str | None]:
         """Answer one authenticated REST request; also return the sandbox id it concerned."""
         parts = [p for p in path.split("/") if p]
         if parts[:1] == ["v2"]:
@@ -81,7 +84,7 @@ class ControlPlane:
             return error(404, f"no such route: {method} {path}"), None
         if len(parts) == 1:
             if method == "POST":
-                return self.create(body)
+                return self.create(body, (headers or {}).get("idempotency-key"))
             if method == "GET":
                 return self.list(query), None
             return error(405, f"method {method} not allowed on {path}"), None
@@ -106,8 +109,12 @@ class ControlPlane:
             return error(400, "pausing is not supported by the local emulator; use kill"), sandbox_id
         return error(404, f"no such route: {method} {path}"), sandbox_id
 
-    def create(self, body: bytes) -> tuple[Answer, str | None]:
-        """``POST /v2/sandboxes``."""
+    def create(self, body: bytes, idempotency_key: str | None = None) -> tuple[Answer, str | None]:
+        """``POST /v2/sandboxes``; a repeated ``Idempotency-Key`` returns the sandbox it already made."""
+        if idempotency_key:
+            earlier = self.registry.get(self._idempotent.get(idempotency_key))
+            if earlier is not None:
+                return answer(201, earlier.created()), earlier.sandbox_id
         req = _json_body(body)
         if req is None:
             return error(400, "request body must be a JSON object"), None
@@ -128,6 +135,9 @@ class ControlPlane:
             sbx = self.registry.create(template, int(timeout), metadata, envs, allow_internet)  # type: ignore[arg-type]
         except Exception as exc:  # the isolation layer failed: an E2B-style 500, never a traceback
             return error(500, f"could not start a sandbox: {type(exc).__name__}: {exc}"), None
+        if idempotency_key:
+            self._idempotent = {k: v for k, v in self._idempotent.items() if self.registry.get(v) is not None}
+            self._idempotent[idempotency_key] = sbx.sandbox_id
         return answer(201, sbx.created()), sbx.sandbox_id
 
     def set_timeout(self, sbx: Sandbox, body: bytes) -> Answer:

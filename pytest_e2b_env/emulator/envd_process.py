@@ -19,7 +19,7 @@ from connectrpc.errors import ConnectError
 from e2b.envd.process import process_connect
 from e2b.envd.process import process_pb as P
 
-from pytest_e2b_env.emulator.processes import Proc
+from pytest_e2b_env.emulator.processes import KEEPALIVE_S, Proc
 from pytest_e2b_env.emulator.sandboxes import Registry, Sandbox, kill_signal
 from pytest_e2b_env.errors import InfrastructureError
 
@@ -56,6 +56,14 @@ def shell_command(config: P.ProcessConfig) -> str:
     if config.cmd in ("/bin/bash", "bash") and len(args) == 3 and args[:2] == ["-l", "-c"]:
         return args[2]
     return shlex.join([config.cmd, *args])
+
+
+def _keepalive_s(ctx: Any) -> float:
+    """The client's ``Keepalive-Ping-Interval`` (seconds), else envd's 50 s."""
+    try:
+        return max(1.0, float(ctx.request_headers.get("keepalive-ping-interval") or KEEPALIVE_S))
+    except ValueError:
+        return KEEPALIVE_S
 
 
 def _deadline_s(ctx: Any) -> float | None:
@@ -128,7 +136,7 @@ class ProcessService(process_connect.Process):
         deadline = _deadline_s(ctx)
         if deadline is not None:
             proc.set_deadline(deadline, lambda p: self._kill_leader(sbx, p))
-        async for event in proc.follow(deadline, is_start=True):
+        async for event in proc.follow(deadline, is_start=True, keepalive_s=_keepalive_s(ctx)):
             yield P.StartResponse(event=event)
 
     @staticmethod
@@ -138,7 +146,7 @@ class ProcessService(process_connect.Process):
 
     async def connect(self, request: P.ConnectRequest, ctx: Any) -> AsyncIterator[P.ConnectResponse]:
         proc = self._find(self._sandbox(ctx), request.process)
-        async for event in proc.follow(_deadline_s(ctx), is_start=False):
+        async for event in proc.follow(_deadline_s(ctx), is_start=False, keepalive_s=_keepalive_s(ctx)):
             yield P.ConnectResponse(event=event)
 
     async def list(self, request: P.ListRequest, ctx: Any) -> P.ListResponse:

@@ -195,7 +195,9 @@ class Proc:
         self._deadline = self._loop.call_later(seconds, expire)
 
     # ------------------------------------------------------------------ subscribers
-    async def follow(self, deadline_s: float | None, *, is_start: bool) -> AsyncIterator[P.ProcessEvent]:
+    async def follow(
+        self, deadline_s: float | None, *, is_start: bool, keepalive_s: float = KEEPALIVE_S
+    ) -> AsyncIterator[P.ProcessEvent]:
         """Yield the start event, then live events until the end (or cut / deadline error)."""
         queue: asyncio.Queue[Any] = asyncio.Queue()
         if is_start and self._backlog is not None:
@@ -209,7 +211,7 @@ class Proc:
         try:
             yield self.start
             while True:
-                wait = KEEPALIVE_S
+                wait = keepalive_s
                 if loop_deadline is not None:
                     wait = min(wait, loop_deadline - self._loop.time())
                     if wait <= 0:

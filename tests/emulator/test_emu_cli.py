@@ -109,6 +109,7 @@ def test_bad_port_is_a_one_line_error(port: str) -> None:
     done = subprocess.run([*CLI, "--port", port], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert done.stdout == ""
+    assert done.stderr.count("\n") == 1
     assert "port" in done.stderr
 
 

@@ -196,3 +196,16 @@ def test_unknown_sandbox_on_envd_gets_edge_502(emu: Emulator) -> None:
     status, body = _raw(emu, "GET", "/health", {"E2b-Sandbox-Id": "inope", "E2b-Sandbox-Port": "49983"})
     assert status == 502
     assert body == {"sandboxId": "inope", "message": "The sandbox was not found", "code": 502}
+
+
+def test_idempotency_key_returns_the_same_sandbox(opts: dict[str, str]) -> None:
+    """A create repeated with the same idempotency_key returns the sandbox the first one made."""
+    first = Sandbox.create(idempotency_key="test-idem-1", **opts)
+    try:
+        again = Sandbox.create(idempotency_key="test-idem-1", **opts)
+        assert again.sandbox_id == first.sandbox_id
+    finally:
+        first.kill()
+    fresh = Sandbox.create(idempotency_key="test-idem-1", **opts)
+    assert fresh.sandbox_id != first.sandbox_id
+    fresh.kill()
