@@ -243,3 +243,10 @@ def test_run_helper_works_with_subprocess_types(box: Box) -> None:
     assert isinstance(proc, subprocess.Popen)
     proc.communicate(timeout=30)
     assert proc.pid > 0
+
+
+def test_command_env_cannot_reach_host_side_helpers(box: Box) -> None:
+    """LD_PRELOAD and friends in a command's envs only affect the command itself, inside the sandbox."""
+    code, out, _ = run(box, 'echo "$LD_PRELOAD|$WEIRD"', LD_PRELOAD="/nonexistent/evil.so", WEIRD="a b;c'd")
+    assert code == 0
+    assert out.endswith("/nonexistent/evil.so|a b;c'd\n")

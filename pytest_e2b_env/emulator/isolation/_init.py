@@ -248,7 +248,7 @@ def build_root(root: str) -> None:
     L.mount(
         "devpts", f"{dev}/pts", "devpts", L.MS_NOSUID | L.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"
     )
-    L.mount("tmpfs", f"{dev}/shm", "tmpfs", L.MS_NOSUID | L.MS_NODEV, "mode=1777")
+    L.mount("tmpfs", f"{dev}/shm", "tmpfs", L.MS_NOSUID | L.MS_NODEV, "mode=1777,size=256m")
     os.symlink("pts/ptmx", f"{dev}/ptmx")
     for name, target in (
         ("fd", "/proc/self/fd"),

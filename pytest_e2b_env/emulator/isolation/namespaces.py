@@ -41,6 +41,7 @@ from .fsops import normalize
 INIT_SCRIPT = str(Path(__file__).with_name("_init.py"))
 NSENTER = shutil.which("nsenter") or "/usr/bin/nsenter"
 ENV = "/usr/bin/env"
+HELPER_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 NSENTER_FLAG = {"user": "user", "mnt": "mount", "net": "net", "ipc": "ipc", "uts": "uts"}
 USER_UID = 1000
 #: Sandbox uid ranges start here, 65536 ids each, above the usual /etc/subuid ranges.
@@ -212,6 +213,8 @@ class NamespaceBox(Box):
         uid = USER_UID if user == "user" else 0
         # nsenter joins every namespace but pid through fds we pass, then becomes the account;
         # env --chdir resolves cwd inside the sandbox (nsenter --wd would resolve it on the host).
+        # nsenter runs as host root with a fixed environment: the command's variables (an
+        # LD_PRELOAD among them) only take effect once env runs inside the sandbox as the account.
         # No preexec_fn: the fork stays a cheap vfork (a Python preexec_fn costs ~15 ms here).
         fds = [self._ns[name] for name, _ in self._join_order()]
         argv = [
@@ -221,7 +224,10 @@ class NamespaceBox(Box):
             f"--setgid={uid}",
             "--",
             ENV,
+            "-i",
             f"--chdir={cwd}",
+            "--",
+            *(f"{key}={value}" for key, value in env.items() if key and "=" not in key),
             "/bin/bash",
             "-l",
             "-c",
@@ -233,20 +239,18 @@ class NamespaceBox(Box):
             # Forks made by this thread land in the sandbox's pid namespace until switched back.
             L.setns(self._ns["pid"], L.CLONE_NEWPID)
             try:
-                proc = self._popen(argv, env, stdin, fds)
+                proc = self._popen(argv, stdin, fds)
             finally:
                 L.setns(self._backend.host_pidns, L.CLONE_NEWPID)
             self._procs = [p for p in self._procs if p.returncode is None]
             self._procs.append(proc)
         return proc
 
-    def _popen(
-        self, argv: list[str], env: dict[str, str], stdin: bool, fds: list[int]
-    ) -> subprocess.Popen[bytes]:
+    def _popen(self, argv: list[str], stdin: bool, fds: list[int]) -> subprocess.Popen[bytes]:
         try:
             return subprocess.Popen(
                 argv,
-                env=env,
+                env=HELPER_ENV,
                 stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
