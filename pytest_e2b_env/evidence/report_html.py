@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
@@ -23,6 +25,7 @@ _COLOURS = {
 }
 # Long expectations/observations are cut on the page; the full text is in report.json.
 _MAX_JSON = 4000
+_FLAT_LIST = re.compile(r"\[\s*\n([^\[\]{}]*?)\n\s*\]")
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#1f2328;background:#fff}
@@ -211,6 +214,8 @@ def _rewards(cases: Sequence[Mapping[str, Any]]) -> str:
 
 def _json_block(value: Any) -> str:
     text = json.dumps(value, indent=1, sort_keys=True, ensure_ascii=False, default=str)
+    # Lists of plain values (rewards, ids) read better on one line.
+    text = _FLAT_LIST.sub(lambda m: "[" + re.sub(r"\s*\n\s*", " ", m.group(1)).strip() + "]", text)
     if len(text) > _MAX_JSON:
         text = text[:_MAX_JSON] + f"\n... ({len(text) - _MAX_JSON} more characters in report.json)"
     return f"<pre>{escape(text)}</pre>"
@@ -254,7 +259,7 @@ def _cases(coverage: Mapping[str, Any], cases: Sequence[Mapping[str, Any]]) -> s
                 f"<div>{escape(str(reason))}</div>{_criteria(case)}</td>"
                 f"<td class='num'>{'' if seconds is None else f'{float(seconds):.2f}'}</td>"
                 f"<td>{_json_block(case.get('expected', {}))}</td>"
-                f"<td>{_json_block(case.get('observed', {}))}</td></tr>"
+                f"<td>{_observed(case)}</td></tr>"
             )
         out.append(
             f"<h3>{escape(family)}</h3><table class='cases'>"
@@ -263,6 +268,25 @@ def _cases(coverage: Mapping[str, Any], cases: Sequence[Mapping[str, Any]]) -> s
             f"<th>seconds</th><th>expected</th><th>observed</th></tr>{''.join(rows)}</table>"
         )
     return "\n".join(out)
+
+
+def _observed(case: Mapping[str, Any]) -> str:
+    """What was observed for each expectation (criteria actuals), then the full observation folded."""
+    criteria = case.get("criteria") or []
+    observed = case.get("observed", {})
+    if not criteria:
+        return _json_block(observed)
+    actual = {str(c.get("id")): c.get("actual") for c in criteria}
+    return (
+        f"{_json_block(actual)}<details><summary>full observation</summary>{_json_block(observed)}</details>"
+    )
+
+
+def _when(value: Any) -> str:
+    """Timestamps as UTC ISO text whether recorded as epoch seconds or already as text."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < 1e11:
+        return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return "" if value is None else str(value)
 
 
 def _cleanup(cleanup: Mapping[str, Any]) -> str:
@@ -276,8 +300,8 @@ def _cleanup(cleanup: Mapping[str, Any]) -> str:
     )
     rows = "".join(
         f"<tr><td><code>{escape(str(r.get('sandbox_id')))}</code></td><td>{escape(str(r.get('role')))}</td>"
-        f"<td>{escape(str(r.get('created_at')))}</td>"
-        f"<td>{escape(str(r.get('confirmed_absent_at') or ''))}</td>"
+        f"<td>{escape(_when(r.get('created_at')))}</td>"
+        f"<td>{escape(_when(r.get('confirmed_absent_at')))}</td>"
         f"<td>{_badge('passed' if r.get('status') == 'confirmed_absent' else 'failed')} "
         f"{escape(str(r.get('error') or ''))}</td></tr>"
         for r in cleanup.get("records", [])

@@ -38,6 +38,11 @@ def utc_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def iso_utc(epoch: float) -> str:
+    """A ``time.time()`` value in the same ISO 8601 UTC form as :func:`utc_now`."""
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def safe_argv(argv: list[str]) -> list[str]:
     """``argv`` with the value after a credential-named option replaced (patterns catch the rest)."""
     out: list[str] = []

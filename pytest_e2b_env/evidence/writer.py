@@ -53,8 +53,10 @@ class BundleWriter:
 
     ``manifest`` holds what only the caller knows (``mode``, ``catalog_hash``, ``seeds``,
     ``isolation`` or ``live_endpoint``...); the writer adds UTC start/end, argv, git state,
-    python/platform and package versions. Never pass a key: values under credential-named keys
-    are replaced, and everything written is redacted anyway.
+    python/platform and package versions. ``started_at`` defaults to construction time; pass the
+    session's start (``time.time()`` or an ISO string) when the writer is built at the end.
+    Never pass a key: values under credential-named keys are replaced, and everything written
+    is redacted anyway.
     """
 
     def __init__(self, output_root: Path, run_id: str, manifest: dict[str, Any]) -> None:
@@ -85,6 +87,10 @@ class BundleWriter:
             "pid": os.getpid(),
         }
         self._manifest.update(bound(dict(manifest)))
+        started = manifest.get("started_at")
+        if isinstance(started, int | float) and not isinstance(started, bool):
+            # A writer built at session end gets the session's start as time.time().
+            self._manifest["started_at"] = runinfo.iso_utc(float(started))
         self._cases: list[dict[str, Any]] = []
         self._trajectories: dict[str, list[Any]] = {}
         self._cleanup: list[dict[str, Any]] = []

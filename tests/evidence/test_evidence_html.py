@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from evidence_helpers import CASES, IDS, case
 
-from pytest_e2b_env.evidence.report_html import histogram_svg
+from pytest_e2b_env.evidence.report_html import histogram_svg, render_index
 
 INSTALL = "apt-get update && apt-get install -y chromium"
 FLAGS = [
@@ -111,8 +111,8 @@ def test_reviewer_sees_verdict_families_cases_rewards_cleanup(make_bundle, chrom
     row_text = _read(row.group(0)).text
     assert "failed" in row_text
     assert "reward-lost-worker-twice did not behave" in row_text
-    assert '"rewards": [ 1.0, 0.0 ]' in row_text  # expected
-    assert '"rewards": [ 0.0, 0.0 ]' in row_text  # observed
+    assert '"rewards": [1.0, 0.0]' in row_text  # expected
+    assert '"rewards": [0.0, 0.0]' in row_text  # observed
     assert "raised AssertionError: scored instead of raising" in row_text
     assert "needs --e2b-live" in text
     rewards = re.search(r'<div class="plots" id="rewards">(.*?)</div>', dom, re.S)
@@ -159,3 +159,23 @@ def test_histogram_bins():
     assert "<title>0.0-0.1: 2</title>" in svg
     assert "<title>0.9-1.0: 2</title>" in svg
     assert svg.count("<rect") == 10
+
+
+def test_epoch_timestamps_are_shown_as_utc():
+    """Cleanup times recorded as epoch seconds are shown as UTC ISO text."""
+    cleanup = {
+        "summary": {"sandboxes": 1, "confirmed_absent": 1, "errors": 0, "unresolved": []},
+        "records": [
+            {
+                "sandbox_id": "sb",
+                "role": "worker",
+                "created_at": 1767225600.0,
+                "confirmed_absent_at": 1767225601.25,
+                "error": None,
+                "status": "confirmed_absent",
+            }
+        ],
+    }
+    page = render_index({"run_id": "r"}, {"cases": [], "families": {}, "counts": {}}, [], cleanup)
+    assert "2026-01-01T00:00:00.000000Z" in page
+    assert "2026-01-01T00:00:01.250000Z" in page

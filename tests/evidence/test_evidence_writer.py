@@ -80,6 +80,14 @@ def test_manifest_never_holds_a_key(tmp_path, monkeypatch):
     assert verify_bundle(bundle) == []
 
 
+def test_started_at_from_the_caller(tmp_path):
+    """A caller building the writer at session end passes the session start as epoch seconds."""
+    writer = BundleWriter(tmp_path, "r", {"mode": "offline", "started_at": 1767225600.5})
+    writer.add_case(case("a"))
+    manifest = _json(writer.finish(["a"], [], {}) / "run-manifest.json")
+    assert manifest["started_at"] == "2026-01-01T00:00:00.500000Z"
+
+
 def test_coverage_counts_and_families(make_bundle):
     """coverage.json lists every case with its status and counts per status and family."""
     coverage = _json(make_bundle() / "coverage.json")
