@@ -217,7 +217,11 @@ class Proc:
                     if wait <= 0:
                         raise ConnectError(Code.DEADLINE_EXCEEDED, "the command timed out")
                 try:
-                    item = await asyncio.wait_for(queue.get(), wait)
+                    if queue.empty():
+                        async with asyncio.timeout(wait):  # no task per wait, unlike wait_for
+                            item = await queue.get()
+                    else:
+                        item = queue.get_nowait()
                 except TimeoutError:
                     if loop_deadline is None or loop_deadline > self._loop.time():
                         yield P.ProcessEvent(event=_oneof("keepalive", P.ProcessEvent.KeepAlive()))
