@@ -204,6 +204,11 @@ def verify_bundle(
     root = Path(path)
     if not root.is_dir():
         return [f"{root} is not a directory; give the bundle directory <output>/<run-id>"]
+    if not (root / "run-manifest.json").exists() and not (root / SUMS_NAME).exists():
+        runs = sorted(p.name for p in root.iterdir() if (p / "run-manifest.json").is_file())
+        if runs:
+            # Pointed at the output root rather than at one run's bundle.
+            return [f"{root} holds bundles, not one bundle; give one of: {', '.join(runs[:10])}"]
     problems = check_sums(root)
     for rel in REQUIRED_FILES:
         if not (root / rel).is_file():
@@ -254,6 +259,7 @@ def main(argv: list[str]) -> int:
         "'default' for the bundled catalog)",
     )
     parser.add_argument("--subject", choices=("reward", "episode", "all"), default="all")
+    parser.add_argument("--json", action="store_true", help="print {bundle, ok, problems} as JSON instead")
     args = parser.parse_args(argv)
     expected = None
     if args.catalog is not None:
@@ -264,6 +270,9 @@ def main(argv: list[str]) -> int:
             print(f"verify-evidence: cannot load the catalog: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 2
     problems = verify_bundle(Path(args.bundle), expected)
+    if args.json:
+        print(json.dumps({"bundle": str(args.bundle), "ok": not problems, "problems": problems}, indent=2))
+        return 1 if problems else 0
     for problem in problems:
         print(f"PROBLEM: {problem}")
     if problems:

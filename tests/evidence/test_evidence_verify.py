@@ -222,3 +222,33 @@ def test_not_a_directory(tmp_path):
     assert verify_bundle(tmp_path / "absent") == [
         f"{tmp_path / 'absent'} is not a directory; give the bundle directory <output>/<run-id>"
     ]
+
+
+def test_output_root_instead_of_bundle(make_bundle):
+    """Pointing verify at the output root names the bundles inside it."""
+    bundle = make_bundle()
+    assert verify_bundle(bundle.parent) == [
+        f"{bundle.parent} holds bundles, not one bundle; give one of: run-1"
+    ]
+
+
+def test_cli_json_output(make_bundle, capsys):
+    """--json prints a machine-readable verdict with the same problems."""
+    bundle = make_bundle(expected=[*IDS, "gone"])
+    assert main([str(bundle), "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] is False
+    assert out["bundle"] == str(bundle)
+    assert (
+        "case gone is missing: expected case was never recorded (it did not run or its result was lost)"
+        in (out["problems"])
+    )
+
+
+def test_cli_checks_against_the_bundled_catalog(make_bundle, capsys):
+    """--catalog default requires every case of the bundled catalog, so the sample bundle falls short."""
+    bundle = make_bundle()
+    assert main([str(bundle), "--catalog", "default", "--subject", "reward"]) == 1
+    out = capsys.readouterr().out
+    assert "PROBLEM: expected case reward-good-correct is not in the bundle's inventory" not in out
+    assert "is not in the bundle's inventory" in out
