@@ -93,7 +93,8 @@ def heredoc_command(program: str, stdin: bytes, prefix: str = "") -> str:
     delimiter = "PE2B_EOF_" + secrets.token_hex(8)
     while delimiter in text:  # pragma: no cover - 64 random bits
         delimiter = "PE2B_EOF_" + secrets.token_hex(8)
-    return f"{prefix}{PYTHON} -I -B {program} <<'{delimiter}'\n{text}\n{delimiter}\n"
+    # -S: the runner needs no site packages, and skipping site saves a third of its start-up.
+    return f"{prefix}{PYTHON} -I -B -S {program} <<'{delimiter}'\n{text}\n{delimiter}\n"
 
 
 def resource_text(name: str) -> str:

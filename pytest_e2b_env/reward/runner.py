@@ -31,7 +31,6 @@ import json
 import os
 import select
 import signal
-import socket
 import sys
 import time
 
@@ -189,6 +188,7 @@ def _wait_deadline(pid: int, seconds: float) -> tuple[int, bool]:
 def _supervise(spec: dict, code_path: str, stdin_fd: int, out_fd: int, status_fd: int) -> None:
     """Runs in A (root, old pid namespace); never returns."""
     report: dict = {}
+    began = time.monotonic()
     try:
         iso = spec["isolation"]
         flags = CLONE_NEWIPC | CLONE_NEWUTS
@@ -214,6 +214,7 @@ def _supervise(spec: dict, code_path: str, stdin_fd: int, out_fd: int, status_fd
             started = time.monotonic()
             status, timed_out = _wait_deadline(pid, spec["case_seconds"])
             report = {
+                "setup_seconds": round(started - began, 6),
                 "seconds": round(time.monotonic() - started, 6),
                 "timed_out": timed_out,
                 "exit_code": os.waitstatus_to_exitcode(status),
@@ -332,6 +333,8 @@ def evaluate(spec: dict, code: bytes, inputs: list[bytes]) -> dict:
 
 def preflight(spec: dict, code: bytes) -> dict:
     """Run the probe under the same isolation, then check from outside what it cannot see."""
+    import socket  # only the preflight needs it; runs stay lean
+
     marker = f".pe2b-probe-{spec['nonce']}"
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:

@@ -136,7 +136,7 @@ class WorkerClient:
         else:  # too big for one argv string: one upload, then the same command reading the file
             path = f"{REMOTE_DIR}/jobs/{payload.nonce}.in"
             await worker.sandbox.files.write(path, stdin, user="root", request_timeout=self.request_timeout)
-            command = f"/usr/bin/python3 -I -B {RUNNER} < {path}; status=$?; rm -f {path}; exit $status"
+            command = f"/usr/bin/python3 -I -B -S {RUNNER} < {path}; status=$?; rm -f {path}; exit $status"
         result = await worker.sandbox.commands.run(
             command, user="root", timeout=command_timeout, request_timeout=self.request_timeout
         )
