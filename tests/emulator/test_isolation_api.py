@@ -250,3 +250,10 @@ def test_command_env_cannot_reach_host_side_helpers(box: Box) -> None:
     code, out, _ = run(box, 'echo "$LD_PRELOAD|$WEIRD"', LD_PRELOAD="/nonexistent/evil.so", WEIRD="a b;c'd")
     assert code == 0
     assert out.endswith("/nonexistent/evil.so|a b;c'd\n")
+
+
+@pytest.mark.parametrize("bad", ["", "../escape", "a/b", ".hidden", "x" * 65])
+def test_sandbox_ids_cannot_name_other_paths(backend: Backend, bad: str) -> None:
+    """A sandbox id that is not a plain name is rejected with the value and the rule."""
+    with pytest.raises(ValueError, match="is not a valid id"):
+        backend.start(bad, internet=False, envs={})

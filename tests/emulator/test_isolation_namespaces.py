@@ -436,3 +436,14 @@ def _uid_or_none(pid: int) -> int | None:
         return host_uid(pid)
     except (OSError, AssertionError):
         return None
+
+
+def test_kill_everything_inside_spares_the_sandbox(box: NamespaceBox) -> None:
+    """`kill -9 -1` as sandbox root ends its own processes but not the init: the sandbox stays usable."""
+    marker = f"victim-{uuid.uuid4().hex[:8]}"
+    sh(box, f"(setsid bash -c 'exec -a {marker} sleep 300' >/dev/null 2>&1 &); true", "root")
+    assert eventually(lambda: live_pids(marker))
+    sh(box, "kill -9 -1", "root")
+    assert eventually(lambda: not live_pids(marker))
+    assert box.alive()
+    assert sh(box, "echo still here") == (0, "still here\n", "")

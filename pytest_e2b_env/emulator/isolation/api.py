@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -15,6 +16,7 @@ ENVD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 USERS = ("user", "root")
 
 Level = Literal["namespaces", "process"]
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
 def home_of(user: str) -> str:
@@ -27,6 +29,16 @@ def check_user(user: str) -> str:
     if user not in USERS:
         raise ValueError(f"user={user!r} is not a sandbox account. Use 'user' (the default) or 'root'.")
     return user
+
+
+def check_sandbox_id(sandbox_id: str) -> str:
+    """Sandbox ids become directory names: letters, digits, '-' and '_' only."""
+    if not _ID.fullmatch(sandbox_id):
+        raise ValueError(
+            f"sandbox_id={sandbox_id!r} is not a valid id. "
+            "Use 1-64 letters, digits, '-' or '_' (e.g. 'i1a2b3')."
+        )
+    return sandbox_id
 
 
 def envd_env(user: str, home: str, box_envs: dict[str, str], envs: dict[str, str]) -> dict[str, str]:

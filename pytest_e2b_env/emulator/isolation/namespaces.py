@@ -35,7 +35,7 @@ from pytest_e2b_env.errors import CleanupError, InfrastructureError
 
 from . import _frames
 from . import _linux as L
-from .api import Backend, Box, SandboxFS, check_user, envd_env, home_of
+from .api import Backend, Box, SandboxFS, check_sandbox_id, check_user, envd_env, home_of
 from .fsops import normalize
 
 INIT_SCRIPT = str(Path(__file__).with_name("_init.py"))
@@ -358,7 +358,7 @@ class NamespaceBackend(Backend):
         """Build the sandbox (one helper process, ~tens of ms) and return its box."""
         if self._closed:
             raise RuntimeError("the isolation backend is closed")
-        directory = self.root / sandbox_id
+        directory = self.root / check_sandbox_id(sandbox_id)
         base = UID_BASE + 0x10000 * ((os.getpid() * 211 + next(_slots)) % UID_SLOTS)
         directory.mkdir(mode=0o700)
         # Only the sandbox's own root (who mounts the overlay from these paths) and host root

@@ -21,7 +21,7 @@ from typing import Any
 
 from pytest_e2b_env.errors import CleanupError
 
-from .api import Backend, Box, SandboxFS, check_user, envd_env, home_of
+from .api import Backend, Box, SandboxFS, check_sandbox_id, check_user, envd_env, home_of
 from .fsops import RootedFS, normalize
 
 #: Every command carries this variable so kill() can find processes that left the session.
@@ -185,7 +185,7 @@ class ProcessBackend(Backend):
         """Make the sandbox directory (home/user, root, tmp) and return its box."""
         if self._closed:
             raise RuntimeError("the isolation backend is closed")
-        directory = self.root / sandbox_id
+        directory = self.root / check_sandbox_id(sandbox_id)
         for sub, mode in (("home/user", 0o755), ("root", 0o700), ("tmp", 0o1777)):
             (directory / sub).mkdir(parents=True, exist_ok=True)
             os.chmod(directory / sub, mode)
