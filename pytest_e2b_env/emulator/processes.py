@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import select
 import signal
 import subprocess
 from collections.abc import AsyncIterator, Callable
@@ -50,6 +51,11 @@ def end_event(returncode: int) -> P.ProcessEvent:
     else:
         end = P.ProcessEvent.EndEvent(exit_code=0, exited=True, status="exit status 0")
     return P.ProcessEvent(event=_oneof("end", end))
+
+
+def _pidfd_signalled(pidfd: int) -> bool:
+    """Whether the process behind ``pidfd`` has exited (the pidfd polls readable)."""
+    return bool(select.select([pidfd], [], [], 0)[0])
 
 
 class Proc:
@@ -126,6 +132,12 @@ class Proc:
             return
         returncode = self.popen.poll()
         if returncode is None:
+            if self._pidfd is not None and _pidfd_signalled(self._pidfd):
+                # exited, but another thread holds the Popen's wait lock: poll briefly instead of
+                # letting the level-triggered pidfd spin the event loop
+                self._loop.remove_reader(self._pidfd)
+                os.close(self._pidfd)
+                self._pidfd = None
             if self._pidfd is None:
                 self._poll_handle = self._loop.call_later(0.005, self._check_exit)
             return
