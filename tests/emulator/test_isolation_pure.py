@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import posixpath
 import stat
 
-from hypothesis import given
+import pytest
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_e2b_env.emulator.isolation.api import envd_env, home_of
-from pytest_e2b_env.emulator.isolation.fsops import go_mode_string, normalize
+from pytest_e2b_env.emulator.isolation.fsops import RootedFS, go_mode_string, normalize
 
 segments = st.lists(st.sampled_from(["a", "b", ".", "..", "", "x y", "ü"]), max_size=8)
 
@@ -58,3 +61,41 @@ def test_envd_env_order() -> None:
     assert env["HOME"] == "/x"
     assert env["USER"] == env["LOGNAME"] == "user"
     assert home_of("root") == "/root"
+
+
+link_targets = st.sampled_from(
+    ["/", "..", "../..", "../../..", "/etc", "/outside", "OUTSIDE", "/in", "in", ".", "/x/../..", "loop"]
+)
+names = st.sampled_from(["in", "a", "b", "loop", "x"])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    links=st.lists(st.tuples(names, link_targets), max_size=6),
+    path=st.lists(
+        st.sampled_from(["in", "a", "b", "loop", "x", "..", ".", "secret", "f"]), min_size=1, max_size=6
+    ),
+)
+def test_rooted_fs_never_leaves_its_root(
+    tmp_path_factory: pytest.TempPathFactory, links: list[tuple[str, str]], path: list[str]
+) -> None:
+        target = target.replace("/outside", str(outside)).replace("OUTSIDE", os.path.relpath(outside, root))
+        with contextlib.suppress(FileExistsError):
+            os.symlink(target, root / name)
+    fd = os.open(root, os.O_PATH | os.O_DIRECTORY)
+    fs = RootedFS(fd)
+    sandbox_path = normalize("/".join(path), "/")
+    try:
+        with contextlib.suppress(OSError):
+            assert fs.read(sandbox_path) != b"SECRET"
+        with contextlib.suppress(OSError):
+            for entry in fs.listdir(sandbox_path, 3):
+                assert entry["path"].startswith("/")
+        with contextlib.suppress(OSError):
+            fs.write(sandbox_path + "-new", b"w")
+        with contextlib.suppress(OSError):
+            fs.remove(sandbox_path)
+    finally:
+        os.close(fd)
+    assert (base / "secret").read_text() == "SECRET"
+    assert list(outside.iterdir()) == []  # nothing was written or removed outside the root
