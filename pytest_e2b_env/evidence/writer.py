@@ -114,7 +114,7 @@ class BundleWriter:
     def add_trajectory(self, case_id: str, events: list[dict[str, Any]]) -> None:
         """Append tool calls, observations and sandbox operations (with timestamps) to a case."""
         with self._lock:
-            stored = self._trajectories.setdefault(str(case_id), [])
+            stored = self._trajectories.setdefault(self._early.text(str(case_id)), [])
             room = MAX_EVENTS - len(stored)
             items = list(events)
             kept = [self._early.data(bound(event)) for event in items[: max(room, 0)]]
@@ -170,10 +170,14 @@ class _Finisher:
     ) -> None:
         self.w = writer
         self.r = redactor
-        self.expected = list(dict.fromkeys(str(e) for e in expected))
+        self.expected = list(dict.fromkeys(redactor.text(str(e)) for e in expected))
         self.family_seconds = {str(k): float(v) for k, v in family_seconds.items()}
         self.problems = list(writer._problems)
         self.cases = [self.r.data(c) for c in writer._cases]
+        # Case ids were just redacted with the caller's secrets too; key trajectories the same way.
+        self.trajectories: dict[str, list[Any]] = {}
+        for case_id, events in writer._trajectories.items():
+            self.trajectories.setdefault(self.r.text(case_id), []).extend(events)
         self.tmp = writer.output_root / f".{writer.run_id}.partial-{uuid.uuid4().hex[:8]}"
 
     def run(self) -> Path:
@@ -250,13 +254,13 @@ class _Finisher:
             stems.setdefault(case["id"], case["files"]["trajectory"])
             # Every recorded case has a trajectory file, empty when nothing was traced.
             rel = case["files"]["trajectory"]
-            events = self.w._trajectories.get(case["id"], []) if stems[case["id"]] == rel else []
+            events = self.trajectories.get(case["id"], []) if stems[case["id"]] == rel else []
             self._text(rel, "".join(dumps(self.r.data(e)) + "\n" for e in events))
-        orphans = sorted(set(self.w._trajectories) - set(stems))
+        orphans = sorted(set(self.trajectories) - set(stems))
         for case_id in orphans:
             taken = {Path(c["files"]["trajectory"]).stem for c in self.cases}
             rel = f"trajectories/{file_stem(case_id, taken)}.jsonl"
-            events = self.w._trajectories[case_id]
+            events = self.trajectories[case_id]
             self._text(rel, "".join(dumps(self.r.data(e)) + "\n" for e in events))
             self.problems.append(f"trajectory for {case_id!r} has no case record; kept as {rel}")
 
@@ -300,6 +304,8 @@ class _Finisher:
 
     def _scan_written(self) -> None:
         for path in sorted(self.tmp.rglob("*")):
+            name = path.relative_to(self.tmp).as_posix()
+            self.problems.extend(f"file name {name}: {f} survived redaction" for f in self.r.find(name))
             if path.is_file():
                 findings = self.r.find(path.read_text(encoding="utf-8", errors="replace"))
                 for finding in findings:

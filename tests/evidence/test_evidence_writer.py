@@ -343,3 +343,17 @@ def test_failed_part_keeps_the_rest(tmp_path):
     assert (bundle / "cases" / "a" / "report.json").is_file()
     assert (bundle / "junit.xml").is_file()
     assert any("run is marked incomplete" in p for p in verify_bundle(bundle))
+
+
+def test_secret_in_case_id_is_redacted_everywhere(tmp_path):
+    """A caller's secret inside a case id is redacted in file names and contents, trajectory kept."""
+    secret = "tenant-secret-1234"
+    writer = BundleWriter(tmp_path, "r", {"mode": "offline"})
+    writer.add_case(case(f"case-{secret}"))
+    writer.add_trajectory(f"case-{secret}", [{"op": "create"}])
+    bundle = writer.finish([f"case-{secret}"], [secret], {})
+    names = [p.relative_to(bundle).as_posix() for p in bundle.rglob("*")]
+    assert all(secret not in n for n in names)
+    assert all(secret not in p.read_text() for p in bundle.rglob("*") if p.is_file())
+    assert (bundle / "trajectories" / "case-_REDACTED_.jsonl").read_text() == '{"op": "create"}\n'
+    assert verify_bundle(bundle, [f"case-{secret}"], secrets=[secret]) == []
