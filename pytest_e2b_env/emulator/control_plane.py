@@ -174,13 +174,19 @@ class ControlPlane:
             return error(400, f"limit must be an integer, got {params['limit']!r}")
         if not 1 <= limit <= LIST_LIMIT_MAX:
             return error(400, f"limit must be between 1 and {LIST_LIMIT_MAX}, got {limit}")
-        order = params.get("order", "asc")
+        order = params.get("order") or "asc"
+        if order not in ("asc", "desc"):
+            return error(400, f"order must be 'asc' or 'desc', got {order!r}")
+        after = _started_after(params.get("startedAfter"))
+        if isinstance(after, str):
+            return error(400, after)
         rows = [
             s
             for s in self.registry.running()
             if "running" in states
             and all(s.metadata.get(k) == v for k, v in wanted_meta.items())
             and (not params.get("template") or params["template"] == s.template_id)
+            and (after is None or s.started_at > after)
         ]
         rows.sort(key=lambda s: (s.started_at, s.sandbox_id), reverse=order == "desc")
         token = params.get("nextToken")
@@ -198,6 +204,17 @@ class ControlPlane:
             last = page[-1]
             headers.append((b"x-next-token", _encode_token(last.started_at.isoformat(), last.sandbox_id)))
         return answer(200, [s.listed() for s in page], headers)
+
+
+def _started_after(raw: str | None) -> dt.datetime | str | None:
+    """The ``startedAfter`` bound as an aware datetime, None when absent, or the error message."""
+    if not raw:
+        return None
+    try:
+        value = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        return f"startedAfter must be an ISO-8601 time, got {raw!r}"
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
 
 
 def _encode_token(started: str, sandbox_id: str) -> bytes:

@@ -126,6 +126,8 @@ def test_list_filters_by_metadata_and_state(opts: dict[str, str], run_id: str) -
         assert len(Sandbox.list(query=running, **opts).next_items()) == 2
         paused = SandboxQuery(metadata={"test_run": run_id}, state=[SandboxState.PAUSED])
         assert Sandbox.list(query=paused, **opts).next_items() == []
+        later = SandboxQuery(metadata={"test_run": run_id}, started_after=mine[0].get_info().started_at)
+        assert [s.sandbox_id for s in Sandbox.list(query=later, **opts).next_items()] == [mine[1].sandbox_id]
     finally:
         for s in mine:
             s.kill()
