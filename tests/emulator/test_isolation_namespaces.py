@@ -447,3 +447,25 @@ def test_kill_everything_inside_spares_the_sandbox(box: NamespaceBox) -> None:
     assert eventually(lambda: not live_pids(marker))
     assert box.alive()
     assert sh(box, "echo still here") == (0, "still here\n", "")
+
+
+# Python 3.12+ warns about fork() with threads running; this test forks on purpose.
+@pytest.mark.filterwarnings("ignore:.*multi-threaded.*:DeprecationWarning")
+def test_a_forked_copy_of_the_owner_does_not_keep_sandboxes_alive(backend: Backend) -> None:
+    """A Python fork of the owning process drops the lifeline, so only the owner keeps sandboxes alive."""
+    assert isinstance(backend, NamespaceBackend)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        os.close(read_end)
+        try:
+            os.fstat(backend._life_w)
+            os.write(write_end, b"held")
+        except OSError:
+            os.write(write_end, b"dropped")
+        os._exit(0)
+    os.close(write_end)
+    answer = os.read(read_end, 16)
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    assert answer == b"dropped"

@@ -386,6 +386,9 @@ def build_sandbox(cfg: dict[str, Any], sock: socket.socket, lifeline: int) -> No
 
 def zygote(ctl: socket.socket, lifeline: int) -> None:
     """Fork one builder per start request (pre-imported, so a start skips interpreter start-up)."""
+    # Inits outlive their builders; as subreaper the zygote adopts and reaps them, so they
+    # stay in the emulator's process tree instead of piling up under the host's pid 1.
+    L.prctl(L.PR_SET_CHILD_SUBREAPER, 1)
     signal.signal(signal.SIGCHLD, reap)
     sel = selectors.DefaultSelector()
     sel.register(lifeline, selectors.EVENT_READ)

@@ -90,6 +90,11 @@ def _host_masks() -> tuple[list[str], list[str]]:
     return opaque, whiteouts
 
 
+def _close_quietly(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
 def _readable(fd: int) -> bool:
     return bool(select.select([fd], [], [], 0)[0])
 
@@ -314,6 +319,16 @@ class NamespaceBackend(Backend):
         self.root = root
         self.reason = reason
         self._life_r, self._life_w = os.pipe()  # both close-on-exec; the read end is passed explicitly
+        # A Python-level fork of the emulator must not keep the lifeline open (exec closes it).
+        # The hook cannot be unregistered, so close() empties the holder before the fd is freed.
+        self._fork_guard = [self._life_w]
+        guard = self._fork_guard
+
+        def drop_lifeline() -> None:
+            for fd in guard:
+                _close_quietly(fd)
+
+        os.register_at_fork(after_in_child=drop_lifeline)
         self.host_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
         self._boxes: dict[str, NamespaceBox] = {}
         self._lock = threading.Lock()
@@ -421,6 +436,7 @@ class NamespaceBackend(Backend):
             except CleanupError as exc:
                 unresolved.extend(exc.ids)
         self._ctl.close()
+        self._fork_guard.clear()
         for fd in (self._life_w, self._life_r, self.host_pidns):
             with contextlib.suppress(OSError):
                 os.close(fd)
