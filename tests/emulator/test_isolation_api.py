@@ -257,3 +257,37 @@ def test_sandbox_ids_cannot_name_other_paths(backend: Backend, bad: str) -> None
     """A sandbox id that is not a plain name is rejected with the value and the rule."""
     with pytest.raises(ValueError, match="is not a valid id"):
         backend.start(bad, internet=False, envs={})
+
+
+FALLBACK = """
+from pytest_e2b_env.emulator.isolation import select_backend
+backend = select_backend()
+box = backend.start("fallback", internet=False, envs={})
+proc = box.spawn("id -u", {}, "/home/user", "user", False)
+out, _ = proc.communicate()
+box.kill()
+backend.close()
+print(backend.level, out.decode().strip(), backend.reason, sep="|")
+"""
+
+
+def test_unprivileged_owner_falls_back_to_process_level() -> None:
+    """Without root the backend is the process level, and its reason says why."""
+    if os.geteuid() != 0 or not os.path.exists("/usr/bin/setpriv"):
+        pytest.skip("needs root and setpriv to run a child as an unprivileged user")
+    package_parent = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", FALLBACK],
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(package_parent)},
+        capture_output=True,
+        timeout=60,
+        cwd="/",
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    level, uid, reason = done.stdout.decode().strip().split("|")
+    assert (level, uid) == ("process", "65534")
+    assert reason == (
+        "plain-process level (no isolation): not root (euid 65534); "
+        "idmapped mounts and uid maps need host root"
+    )

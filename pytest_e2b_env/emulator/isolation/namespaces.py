@@ -463,6 +463,9 @@ def _static_check() -> str | None:
         return "user namespaces are not available (/proc/sys/user/max_user_namespaces missing)"
     if limit < 1:
         return "user namespaces are disabled (user.max_user_namespaces = 0)"
+    for tool in (NSENTER, ENV):
+        if not os.access(tool, os.X_OK):
+            return f"{tool} is missing (install util-linux and coreutils)"
     return None
 
 
@@ -474,7 +477,13 @@ def open_backend(root: Path) -> tuple[NamespaceBackend | None, str]:
     backend = NamespaceBackend(root, "")
     try:
         probe = backend.start("probe-" + os.urandom(4).hex(), internet=False)
-        probe.kill()
+        try:
+            proc = probe.spawn("id -u", {}, "/home/user", "user", False)
+            out, err = proc.communicate(timeout=START_SECONDS)
+            if out != b"1000\n":
+                raise InfrastructureError(f"a probe command failed: {err.decode(errors='replace')[-300:]}")
+        finally:
+            probe.kill()
     except (OSError, InfrastructureError) as exc:
         backend.close()
         return None, f"probe sandbox failed: {exc}"
