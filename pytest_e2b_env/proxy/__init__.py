@@ -151,6 +151,7 @@ class FaultProxy:
         self.upstream_sandbox_url = upstream_sandbox_url.rstrip("/") if upstream_sandbox_url else None
         self.api_key = api_key
         self._domains: dict[str, str] = {}
+        self._internet: dict[str, bool] = {}  # from create requests: E2B's list answer lacks it
         self._domains_lock = threading.Lock()
         self._default_domain = domain_of_api_url(self.upstream_api_url)
         self._ledger = Ledger()
@@ -162,7 +163,7 @@ class FaultProxy:
         app = RecordingMiddleware(
             FaultMiddleware(self._forwarder, self._plan, _UpstreamTarget(self)),
             self._ledger,
-            on_sandbox=self._learn_domain,
+            on_sandbox=self._learn_sandbox,
         )
         self._server = ThreadedServer(app, host=host, port=port, name="fault proxy")
         self._running = False
@@ -252,18 +253,43 @@ class FaultProxy:
                         "metadata": dict(info.metadata or {}),
                         "started_at": info.started_at.isoformat(),
                         "end_at": info.end_at.isoformat(),
-                        "allow_internet_access": info.allow_internet_access,
+                        "allow_internet_access": self._internet_of(info),
                         "state": getattr(info.state, "value", info.state),
                     }
                 )
         return rows
 
+    def _internet_of(self, info: Any) -> bool | None:
+        """Internet access of a listed sandbox: the list answer, else its create request, else get_info."""
+        if info.allow_internet_access is not None:
+            return bool(info.allow_internet_access)
+        with self._domains_lock:
+            known = self._internet.get(info.sandbox_id)
+        if known is not None:
+            return known
+        # Created elsewhere (not through this proxy): ask once; the setting is fixed at create.
+        from e2b import Sandbox
+
+        try:
+            detail = Sandbox.get_info(
+                info.sandbox_id, api_key=self.api_key, api_url=self.upstream_api_url, debug=False
+            )
+        except Exception:  # gone meanwhile, or the API is busy: unknown, and asked again next time
+            return None
+        if detail.allow_internet_access is None:
+            return None
+        with self._domains_lock:
+            self._internet[info.sandbox_id] = bool(detail.allow_internet_access)
+        return bool(detail.allow_internet_access)
+
     # -- sandbox domains (live E2B routes envd traffic by the domain create answered) -------
 
-    def _learn_domain(self, sandbox_id: str, domain: str | None) -> None:
-        if domain:
-            with self._domains_lock:
+    def _learn_sandbox(self, sandbox_id: str, domain: str | None, internet: bool | None) -> None:
+        with self._domains_lock:
+            if domain:
                 self._domains[sandbox_id] = domain
+            if internet is not None:
+                self._internet[sandbox_id] = internet
 
     def _domain_for(self, sandbox_id: str) -> str | None:
         with self._domains_lock:

@@ -149,6 +149,10 @@ class Forwarder:
                 async for chunk in response.aiter_raw():
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
+            except httpx.HTTPError:
+                # The upstream cut the body (a killed sandbox ends its streams this way). Ending
+                # here without completing the response cuts the client's body the same way.
+                return
             finally:
                 await response.aclose()
 

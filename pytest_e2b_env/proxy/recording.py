@@ -42,15 +42,34 @@ def _content_length(headers: Any) -> int | None:
     return None
 
 
+def internet_of_create(body: bytes) -> bool | None:
+    """Whether a create request body leaves internet access on (E2B's rule), ``None`` if unparsable.
+
+    Off when ``allow_internet_access`` is false or ``network.denyOut`` holds ``0.0.0.0/0``.
+    """
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(request, dict):
+        return None
+    network = request.get("network")
+    deny = network.get("denyOut") if isinstance(network, dict) else None
+    return request.get("allow_internet_access") is not False and "0.0.0.0/0" not in (deny or [])
+
+
+#: ``on_sandbox(sandbox_id, domain, allow_internet_access)`` for each answer naming a sandbox
+OnSandbox = Callable[[str, "str | None", "bool | None"], None]
+
+
 class RecordingMiddleware:
     """Record every HTTP request passing through ``app`` into ``ledger``.
 
-    ``on_sandbox(sandbox_id, domain)`` is called for each create/connect answer that names a sandbox.
+    ``on_sandbox`` is called for each create/connect answer that names a sandbox, with the
+    internet setting of a create request (``None`` for connect).
     """
 
-    def __init__(
-        self, app: ASGIApp, ledger: Ledger, on_sandbox: Callable[[str, str | None], None] | None = None
-    ) -> None:
+    def __init__(self, app: ASGIApp, ledger: Ledger, on_sandbox: OnSandbox | None = None) -> None:
         self.app = app
         self.ledger = ledger
         self.on_sandbox = on_sandbox
@@ -65,6 +84,13 @@ class RecordingMiddleware:
         op = op_for(template)
         tee = op in _TEE_OPS
         state: dict[str, Any] = {"status": None, "recorded": False, "body": bytearray(), "length": None}
+        request_body = bytearray()
+
+        async def teeing_receive() -> Message:
+            message = await receive()
+            if message["type"] == "http.request" and len(request_body) < _TEE_LIMIT:
+                request_body.extend(message.get("body", b""))
+            return message
 
         def record() -> None:
             if state["recorded"]:
@@ -76,7 +102,8 @@ class RecordingMiddleware:
                 if new_id:
                     found = new_id
                     if self.on_sandbox is not None:
-                        self.on_sandbox(new_id, domain)
+                        internet = internet_of_create(bytes(request_body)) if op == "create" else None
+                        self.on_sandbox(new_id, domain, internet)
             fault = scope.get(SCOPE_FAULT)
             # As in the emulator's ledger: a faulted request is op "fault", its label the detail.
             self.ledger.record(
@@ -106,6 +133,6 @@ class RecordingMiddleware:
             await send(message)
 
         try:
-            await self.app(scope, receive, recording_send)
+            await self.app(scope, teeing_receive if tee else receive, recording_send)
         finally:
             record()

@@ -111,3 +111,27 @@ def test_sync_sdk_and_stdin(proxy: FaultProxy, sdk: Any) -> None:
         assert sandbox.files.exists("/tmp") is True
     finally:
         sandbox.kill()
+
+
+def test_sandboxes_report_internet_access(proxy: FaultProxy, sdk: Any, upstream: Any) -> None:
+    """proxy.sandboxes() tells which sandboxes have internet off, whoever created them."""
+    import e2b
+
+    offline = sdk.Sandbox.create(timeout=120, metadata=RUN, allow_internet_access=False)
+    online = sdk.Sandbox.create(timeout=120, metadata=RUN)
+    direct = e2b.Sandbox.create(
+        timeout=120,
+        metadata=RUN,
+        allow_internet_access=False,
+        api_key=upstream.api_key,
+        api_url=upstream.url,
+        sandbox_url=upstream.url,
+    )
+    try:
+        rows = {s["sandbox_id"]: s["allow_internet_access"] for s in proxy.sandboxes(metadata=RUN)}
+        assert rows[offline.sandbox_id] is False
+        assert rows[online.sandbox_id] is True
+        assert rows[direct.sandbox_id] is False  # not seen by the proxy: asked of get_info
+    finally:
+        for sandbox in (offline, online, direct):
+            sandbox.kill()

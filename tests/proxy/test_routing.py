@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import string
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pytest_e2b_env.proxy.recording import internet_of_create
 from pytest_e2b_env.proxy.routing import (
     ENVD_PORT,
     HEADER_ROUTED_DOMAINS,
@@ -99,3 +101,22 @@ def test_join_url_keeps_path_and_query_verbatim(path: str, query: str) -> None:
     """Path (with percent escapes) and query reach the upstream unchanged."""
     url = join_url("https://api.e2b.app/", path, query)
     assert url == "https://api.e2b.app" + path + (f"?{query}" if query else "")
+
+
+@given(
+    st.sampled_from([None, True, False]),
+    st.lists(st.sampled_from(["0.0.0.0/0", "10.0.0.0/8", "1.1.1.1"]), max_size=3),
+)
+def test_internet_of_create_follows_e2b_rules(allow: bool | None, deny: list[str]) -> None:
+    """Internet is off when allow_internet_access is false or denyOut blocks 0.0.0.0/0."""
+    body: dict[str, object] = {"templateID": "base", "network": {"denyOut": deny}}
+    if allow is not None:
+        body["allow_internet_access"] = allow
+    expected = allow is not False and "0.0.0.0/0" not in deny
+    assert internet_of_create(json.dumps(body).encode()) is expected
+
+
+def test_internet_of_create_unparsable_is_unknown() -> None:
+    """A body that is not a JSON object says nothing about internet access."""
+    assert internet_of_create(b"not json") is None
+    assert internet_of_create(b"[1, 2]") is None
