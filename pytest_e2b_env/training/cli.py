@@ -1,0 +1,263 @@
+"""``train.py`` / ``pytest-e2b-env train``: GRPO on the validated reward pool or episode.
+
+Order of events: parse (bad flags and a missing ``E2B_API_KEY`` fail here, before anything
+heavy loads), start the target (the local emulator with ``--offline``), build the subject,
+preflight it, build and warm up the tiny model (``--tiny``), baseline -> train -> held-out
+evaluation, then in ``finally``: close the subject, prove no sandbox of the run is alive,
+stop the emulator, write ``metrics.json`` and the evidence bundle. Any failure, cleanup
+included, is recorded and makes the exit code non-zero.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from pytest_e2b_env.training.record import RunRecord
+from pytest_e2b_env.training.settings import PROG, MissingKeyError, TrainSettings, parse_settings
+from pytest_e2b_env.training.subjects import Target
+from pytest_e2b_env.training.timing import StageClock
+
+#: Set before transformers is imported, so nothing ever waits on the hub (user values win).
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    # environment_factory is "experimental" in TRL 1.16 and says so on every trainer.
+    "TRL_EXPERIMENTAL_SILENCE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+}
+
+
+@contextlib.contextmanager
+def scoped_environ(values: Mapping[str, str | None]) -> Iterator[None]:
+    """Set (or, for None, remove) environment variables for the duration of the block."""
+    saved = {key: os.environ.get(key) for key in values}
+    try:
+        for key, value in values.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+class Progress:
+    """Prints progress lines as they happen and keeps them for the bundle's ``logs/train.log``."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._started = time.perf_counter()
+
+    def __call__(self, line: str) -> None:
+        stamped = f"[{time.perf_counter() - self._started:7.1f}s] {line}"
+        self.lines.append(stamped)
+        print(stamped, flush=True)
+
+    def text(self) -> str:
+        """Everything printed so far."""
+        return "\n".join(self.lines) + "\n"
+
+
+def _new_run_id() -> str:
+    return f"train-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}"
+
+
+def _make_subject(settings: TrainSettings, target: Target, clock: StageClock) -> Any:
+    from pytest_e2b_env.training.subjects import EpisodeSubject, RewardSubject
+
+    if settings.mode == "episode":
+        return EpisodeSubject(settings, target, clock)
+    return RewardSubject(settings, target, clock)
+
+
+def _tiny_model(settings: TrainSettings, subject: Any, record: RunRecord, say: Callable[[str], None]) -> str:
+    from pytest_e2b_env.training.tiny import build_tiny_model, warm_up
+
+    out = Path(settings.output_dir) / "tiny-model"
+    examples = subject.warmup_examples()
+    if not examples:
+        raise RuntimeError("the subject gave no warm-up examples; --tiny cannot teach the task format")
+    corpus = list(examples) + list(subject.tokenizer_examples())
+    say(f"[tiny] building a tiny Qwen3 model and tokenizer in {out}")
+    record.model.update(build_tiny_model(out, corpus, settings.seed))
+    say(f"[tiny] warm-up: {settings.warmup_steps} steps on {len(examples)} examples of the task format")
+    record.warmup = warm_up(
+        out, examples, settings.warmup_steps, settings.seed, weights=subject.warmup_weights(), progress=say
+    )
+    return str(out)
+
+
+def _finish(
+    settings: TrainSettings,
+    record: RunRecord,
+    subject: Any,
+    target: Target | None,
+    emulator: Any,
+    say: Progress,
+) -> None:
+    """Close everything; every failure here is a cleanup failure of the run."""
+    from pytest_e2b_env.training.subjects import check_no_leaks
+
+    record.phase = "cleanup"
+    cleanup: dict[str, Any] = {"closed": None, "leaked": [], "errors": []}
+    record.cleanup = cleanup
+    if subject is not None:
+        with contextlib.suppress(Exception):
+            record.subject = subject.metrics()
+        try:
+            subject.close()
+            cleanup["closed"] = True
+        except Exception as exc:
+            cleanup["closed"] = False
+            cleanup["errors"].append(f"{type(exc).__name__}: {exc}")
+            record.fail(exc)
+        with contextlib.suppress(Exception):
+            record.subject = subject.metrics()  # after close: final worker and cleanup counts
+    if target is not None:
+        try:
+            cleanup.update(check_no_leaks(target))
+        except Exception as exc:
+            cleanup["leaked"] = list(getattr(exc, "ids", ()))
+            cleanup["errors"].append(f"{type(exc).__name__}: {exc}")
+            record.fail(exc)
+    if cleanup["errors"]:
+        say(f"[cleanup] FAILED: {'; '.join(cleanup['errors'])}")
+    elif subject is not None:
+        say("[cleanup] subject closed, no sandbox of the run left alive")
+
+
+def _write_outputs(
+    settings: TrainSettings, record: RunRecord, say: Progress, emulator: Any, secrets: list[str]
+) -> None:
+    from pytest_e2b_env.training.evidence import sandbox_summary, write_bundle
+
+    out = Path(settings.output_dir)
+    ledger = sandboxes = None
+    if emulator is not None:
+        try:
+            ledger = emulator.ledger()
+            alive = [s["sandbox_id"] for s in emulator.sandboxes()]
+            sandboxes = sandbox_summary(ledger, alive)
+            record.target["sandboxes"] = {k: sandboxes[k] for k in ("created", "ops", "alive_at_end")}
+        except Exception as exc:
+            record.warnings.append(f"could not read the emulator ledger: {type(exc).__name__}: {exc}")
+    path = record.write(out / "metrics.json")
+    say(f"metrics: {path}")
+    try:
+        bundle = write_bundle(out / "evidence", record, say.text(), ledger, sandboxes, secrets)
+        say(f"evidence: {bundle}")
+    except Exception as exc:
+        record.fail(exc)
+        record.warnings.append(f"evidence bundle not written: {type(exc).__name__}: {exc}")
+        record.write(out / "metrics.json")
+        say(f"evidence bundle FAILED: {type(exc).__name__}: {exc}")
+
+
+def run(settings: TrainSettings) -> int:
+    """Run one training job end to end; return the exit code (0 only if all of it, cleanup too, passed)."""
+    from pytest_e2b_env.evidence.runinfo import package_versions, platform_info
+
+    for key, value in OFFLINE_ENV.items():
+        os.environ.setdefault(key, value)
+    say = Progress()
+    run_id = _new_run_id()
+    record = RunRecord(mode=settings.mode, settings=settings.as_dict(), run_id=run_id)
+    record.versions = {**package_versions(), "python": platform_info()["python"]}
+    record.model = {"source": settings.model_label}
+    clock = StageClock()
+    emulator = subject = target = None
+    secrets = [v for v in (os.environ.get("E2B_API_KEY"),) if v]
+    say(
+        f"{PROG} --mode {settings.mode}: run {run_id}, model {settings.model_label}, "
+        f"output {settings.output_dir}"
+    )
+    try:
+        if settings.offline:
+            from pytest_e2b_env.emulator import Emulator
+
+            say("[target] starting the local E2B emulator")
+            emulator = Emulator().start()
+            secrets.append(emulator.api_key)
+            target = Target(True, run_id, dict(emulator.sdk_opts()), emulator.isolation)
+            sdk_env: dict[str, str | None] = dict(emulator.sdk_env())
+            sdk_env["PYTEST_E2B_ENV_OPENENV_URL"] = None  # offline: our own server, pointed at our emulator
+        else:
+            api_opts = {"api_key": os.environ["E2B_API_KEY"]}
+            for key, name in (("api_url", "E2B_API_URL"), ("sandbox_url", "E2B_SANDBOX_URL")):
+                if os.environ.get(name):
+                    api_opts[key] = os.environ[name]
+            target = Target(False, run_id, api_opts)
+            sdk_env = {}
+        record.target = target.describe()
+        with scoped_environ({**sdk_env, "PYTEST_E2B_ENV_RUN": run_id}):
+            try:
+                record.phase = "subject"
+                subject = _make_subject(settings, target, clock)
+                record.phase = "preflight"
+                record.preflight = subject.preflight(say)
+                from pytest_e2b_env.training.grpo import run_grpo
+
+                model_path = str(settings.model)
+                if settings.tiny:
+                    record.phase = "tiny-model"
+                    model_path = _tiny_model(settings, subject, record, say)
+                if hasattr(subject, "drop_sessions"):
+                    subject.drop_sessions()
+                clock.take()
+                run_grpo(settings, record, subject, model_path, clock, say)
+                record.status = "ok"
+            except BaseException as exc:
+                record.fail(exc)
+                say(f"FAILED in {record.phase}: {type(exc).__name__}: {exc}")
+                if not isinstance(exc, Exception):
+                    raise
+            finally:
+                _finish(settings, record, subject, target, emulator, say)
+    except BaseException as exc:
+        record.fail(exc)
+        if not isinstance(exc, Exception | KeyboardInterrupt):
+            raise
+    finally:
+        if emulator is not None:
+            try:
+                _write_outputs(settings, record, say, emulator, secrets)
+            finally:
+                emulator.stop()
+        else:
+            _write_outputs(settings, record, say, None, secrets)
+    if record.status == "ok":
+        before = (record.before or {}).get("eval_reward")
+        after = (record.after or {}).get("eval_reward")
+        say(f"done: held-out reward before {before} after {after}")
+        return 0
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``train.py`` and ``pytest-e2b-env train``; returns the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        settings = parse_settings(args)
+    except MissingKeyError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # argparse already printed usage and the error naming the value
+        return exc.code if isinstance(exc.code, int) else 2
+    return run(settings)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
