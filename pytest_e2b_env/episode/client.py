@@ -125,7 +125,9 @@ class ReportEpisode:
         any infrastructure or cleanup failure happened in this episode.
         """
         try:
-            if self._client is None:
+            if self._client is None:  # never connected, or the session broke (already recorded)
+                if self._fatal is not None:
+                    _raise(self._fatal)
                 raise InfrastructureError("get_reward() called before reset(); no episode ran")
             finish_error: E2BEnvError | None = None
             try:

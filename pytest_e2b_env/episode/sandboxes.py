@@ -7,6 +7,7 @@ explicitly on every call: library code never mutates ``os.environ``.
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import shlex
@@ -144,9 +145,20 @@ class CommandOutcome:
     timed_out: bool
 
 
-_MARK = re.compile(r"E2BENV rc=(\d+)")
+_MARK = re.compile(r"E2BENV rc=(\w+)")
 #: Where a command's output lands inside the sandbox (its private /tmp) before the host reads a prefix.
 _OUT = "/tmp/.pytest_e2b_env_out"
+#: Scratch copy of the exported artifact inside the policy sandbox.
+_ART = "/tmp/.pytest_e2b_env_artifact"
+#: Seconds any read-back step may take; a candidate that swaps a file for a FIFO only stalls this long.
+_READ_SECONDS = 3
+
+
+def _status(stderr: str | None) -> str:
+    found = _MARK.findall(stderr or "")
+    if not found:
+        raise RuntimeError("command wrapper printed no status line")
+    return str(found[-1])
 
 
 def run_bounded(
@@ -155,57 +167,53 @@ def run_bounded(
     """Run ``command`` with ``sh -c`` in ``cwd``, SIGKILLed (with its process group) after ``seconds``.
 
     Output goes to a file inside the sandbox and only its first ``output_bytes`` come back, so a
-    flood never reaches the host. The wrapper always exits 0 and reports the real exit code on
-    stderr; an SDK exception therefore means the infrastructure failed, not the command. Every
-    process spawned costs milliseconds, so the wrapper spawns only ``timeout``, ``sh`` and ``head``.
+    flood never reaches the host. The read-back runs under its own short ``timeout`` inside the
+    same wrapper: whatever the candidate does to that file (a FIFO, a link to /dev/zero) costs it
+    seconds, never an infrastructure error. The wrapper always exits 0 and reports the real exit
+    code on stderr; an SDK exception therefore means the infrastructure failed, not the command.
     """
     quoted = shlex.quote(command)
     err = "&1" if merge_stderr else "/dev/null"
     limit = max(1, round(seconds))
-    script = f'timeout -s KILL {limit} sh -c {quoted} >{_OUT} 2>{err} </dev/null; printf "E2BENV rc=%s" "$?"'
-    started = time.monotonic()
-    # The SDK deadline is a backstop only: `timeout` inside the sandbox fires first.
-    result = sandbox.commands.run(script, cwd=cwd, timeout=limit + 15)
-    elapsed = time.monotonic() - started
-    found = _MARK.findall(result.stdout or "")
-    if not found:
-        raise RuntimeError("command wrapper printed no status line")
-    rc = int(found[-1])
-    raw = read_prefix(sandbox, _OUT, output_bytes + 1) or b""
-    output = raw[:output_bytes].decode("utf-8", "replace")
-    return CommandOutcome(
-        rc, output, truncated=len(raw) > output_bytes, timed_out=rc == 137 and elapsed >= limit
+    script = (
+        f"timeout -s KILL {limit} sh -c {quoted} >{_OUT} 2>{err} </dev/null; rc=$?; "
+        f"timeout -s KILL {_READ_SECONDS} head -c {int(output_bytes) + 1} {_OUT} 2>/dev/null; "
+        'printf "E2BENV rc=%s\\n" "$rc" >&2'
     )
-
-
-def read_prefix(sandbox: Any, path: str, limit: int) -> bytes | None:
-    """At most ``limit`` bytes from the start of ``path`` (streamed, then closed); None if missing."""
-    e2b = _sdk()
+    started = time.monotonic()
     try:
-        stream = sandbox.files.read(path, format="stream")
-    except e2b.NotFoundException:
-        return None
-    data = bytearray()
-    try:
-        for chunk in stream:
-            data += chunk
-            if len(data) >= limit:
-                break
-    finally:
-        stream.close()
-    return bytes(data[:limit])
+        # The SDK deadline is a backstop only: `timeout` inside the sandbox fires first.
+        result = sandbox.commands.run(script, cwd=cwd, timeout=limit + _READ_SECONDS + 15)
+    except _sdk().CommandExitException as exc:
+        # The sandbox answered: the command killed its own wrapper (kill -9 -1 and the like).
+        # That is the candidate's doing, so it is an outcome, not an infrastructure failure.
+        return CommandOutcome(exc.exit_code or 137, "", truncated=False, timed_out=False)
+    elapsed = time.monotonic() - started
+    rc = int(_status(result.stderr))
+    raw = (result.stdout or "").encode("utf-8", "replace")
+    output = raw[:output_bytes].decode("utf-8", "replace")
+    timed_out = rc == 137 and elapsed >= limit
+    return CommandOutcome(rc, output, truncated=len(raw) > output_bytes, timed_out=timed_out)
 
 
 def export_file(sandbox: Any, path: str, cap: int) -> bytes | None:
-    """Read at most ``cap`` bytes of ``path``; None when it is missing, not a file or larger than ``cap``."""
-    e2b = _sdk()
+    """The bytes of ``path`` if it is a regular file (not a link) of at most ``cap`` bytes, else None.
+
+    Copied and encoded inside the sandbox under short timeouts, so a FIFO, a device link or a file
+    swapped by a background process scores 0 instead of hanging the export.
+    """
+    q = shlex.quote(path)
+    t = f"timeout -s KILL {_READ_SECONDS}"
+    script = (
+        f"if [ -f {q} ] && [ ! -L {q} ]; then "
+        f"{t} head -c {int(cap) + 1} -- {q} >{_ART} && {t} base64 -w0 {_ART}; rc=$?; "
+        'else rc=absent; fi; printf "E2BENV rc=%s\\n" "$rc" >&2'
+    )
+    result = sandbox.commands.run(script, timeout=2 * _READ_SECONDS + 15)
+    if _status(result.stderr) != "0":
+        return None
     try:
-        info = sandbox.files.get_info(path)
-    except e2b.NotFoundException:
+        data = base64.b64decode((result.stdout or "").strip(), validate=True)
+    except ValueError:
         return None
-    if getattr(info.type, "value", info.type) != "file" or (info.size or 0) > cap:
-        return None
-    data = read_prefix(sandbox, path, cap + 1)
-    if data is None or len(data) > cap:  # gone, or grew past the cap after the stat
-        return None
-    return data
+    return data if len(data) <= cap else None

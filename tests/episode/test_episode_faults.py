@@ -46,6 +46,15 @@ def test_command_deadline_kills_background_children(episode: Factory) -> None:
     assert env.get_reward() == 0.0
 
 
+def test_command_killing_its_wrapper_is_an_outcome(episode: Factory) -> None:
+    """kill -9 -1 from the policy ends its own command, is reported, and the episode goes on."""
+    env = episode()
+    env.reset(**make_row())
+    assert env.terminal("kill -9 -1").startswith("[exit code")
+    assert env.terminal("echo alive") == "alive"
+    assert env.get_reward() == 0.0
+
+
 def test_output_is_bounded(episode: Factory) -> None:
     """A command printing 1 MiB returns a bounded excerpt and says how much there was."""
     env = episode()
@@ -208,3 +217,23 @@ def test_lost_reset_response_is_swept(episode: Factory, emu: Emulator) -> None:
     env.reset(**make_row())  # the same instance recovers on the next episode
     env.submit()
     assert env.get_reward() == 0.0
+
+
+def test_server_gone_mid_episode_raises_and_releases(target: SandboxTarget, emu: Emulator) -> None:
+    """The OpenEnv server stops mid-episode: tools and get_reward raise; the session's sandbox is released."""
+    from pytest_e2b_env.episode.server import LoopbackServer, create_app
+
+    srv = LoopbackServer(create_app(target=target, max_sessions=1)).start()
+    env = ReportEpisode(srv.url)
+    try:
+        env.reset(**make_row())
+        pid = policy_id(env)
+        srv.close()
+        with pytest.raises(InfrastructureError, match="OpenEnv step failed"):
+            env.terminal("ls")
+        with pytest.raises(InfrastructureError, match="OpenEnv step failed"):
+            env.get_reward()
+        assert pid not in {s["sandbox_id"] for s in emu.sandboxes()}
+    finally:
+        env._close()
+        srv.close()

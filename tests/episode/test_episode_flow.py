@@ -12,6 +12,7 @@ from pytest_e2b_env.episode.client import ReportEpisode
 from pytest_e2b_env.episode.task import load_repair, task_ids
 
 Factory = Callable[[], ReportEpisode]
+OUT = "/tmp/.pytest_e2b_env_out"  # where the command wrapper collects output inside a sandbox
 
 
 @pytest.mark.parametrize("task_id", task_ids())
@@ -69,6 +70,8 @@ def test_hardcoded_visible_answer_scores_zero(episode: Factory) -> None:
         ("missing", "rm report.py"),
         ("oversized", "head -c 70000 /dev/zero | tr '\\0' '#' > report.py"),
         ("directory", "rm report.py && mkdir report.py"),
+        ("fifo", "rm report.py && mkfifo report.py"),
+        ("symlink to a device", "ln -sf /dev/zero report.py"),
     ],
 )
 def test_unusable_artifact_scores_zero_without_verifier(
@@ -95,10 +98,16 @@ def test_unusable_artifact_scores_zero_without_verifier(
         ("bools", 'print(\'{"north": 11, "south": true}\')'),
         ("duplicate key", 'print(\'{"north": 1, "north": 11, "south": 5}\')'),
         ("stderr only", 'import sys\nsys.stderr.write(\'{"north": 11, "south": 5}\')'),
+        ("kills every process it can", "import os, signal\nos.kill(-1, signal.SIGKILL)"),
+        ("output file swapped for a FIFO", f"import os\nos.remove({OUT!r})\nos.mkfifo({OUT!r})"),
+        (
+            "output file linked to /dev/zero",
+            f"import os\nos.remove({OUT!r})\nos.symlink('/dev/zero', {OUT!r})",
+        ),
     ],
 )
 def test_defective_output_scores_zero(episode: Factory, why: str, program: str) -> None:
-    """Exit 1, non-JSON, extra keys, floats, bools, duplicate keys, stderr-only output: all 0."""
+    """Exit 1, non-JSON, extra keys, floats, bools, duplicate keys, stderr only, sabotaged output: all 0."""
     env = episode()
     env.reset(**make_row())
     env.terminal(write_file("report.py", program))
