@@ -1,0 +1,48 @@
+"""`pytest --e2b-live` runs the catalog's fault cases through the fault proxy, as against real E2B."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+INI = """
+[pytest]
+e2b_reward_subject = pytest_e2b_env.reward:reward_subject
+e2b_cases = {cases}
+"""
+
+
+@pytest.mark.slow  # a whole catalog session in a child process: ~25 s
+def test_reward_fault_cases_pass_live_through_the_proxy(upstream: Any, tmp_path: Path) -> None:
+    """Rate-limit, auth, lost-worker and cleanup-failure cases pass live, leave nothing, leak no key."""
+    cases = Path(__file__).resolve().parents[2] / "cases"
+    (tmp_path / "pytest.ini").write_text(INI.format(cases=cases))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("E2B_", "PYTEST_"))}
+    # The emulator stands in for real E2B: live mode puts the fault proxy in front of it.
+    env |= {
+        "E2B_API_KEY": upstream.api_key,
+        "PYTEST_E2B_ENV_LIVE_API_URL": upstream.url,
+        "PYTEST_E2B_ENV_LIVE_SANDBOX_URL": upstream.url,
+    }
+    evidence = tmp_path / "evidence"
+    command = [sys.executable, "-m", "pytest", "--e2b-live", "-p", "no:cacheprovider", "-q"]
+    command += ["--e2b-evidence", str(evidence), "-k", "reward and (lost or rate or cleanup or auth)"]
+    run = subprocess.run(
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert "6 passed" in run.stdout
+    (bundle,) = evidence.iterdir()
+    manifest = json.loads((bundle / "run-manifest.json").read_text())
+    assert manifest["mode"] == "live"
+    run_id = manifest["run_id"]
+    assert not [s for s in upstream.sandboxes() if (s["metadata"] or {}).get("pytest_e2b_env_run") == run_id]
+    for path in bundle.rglob("*"):
+        if path.is_file():
+            assert upstream.api_key not in path.read_text(errors="replace"), path
