@@ -1,1 +1,197 @@
-"""pytest hooks of pytest-e2b-env (being built)."""
+"""The pytest plugin (entry point ``e2b_env``): hooks only.
+
+Options, ini keys, markers, the report header, catalog collection, the live switch and the
+evidence reporter. Loading it imports nothing heavy: the catalog (pydantic), the e2b SDK and
+the subjects load when a hook or fixture first needs them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from pytest_e2b_env.catalog.items import Runtime
+
+
+class E2BEnvHookspecs:
+    """Hooks a project may implement in its conftest.py."""
+
+    @pytest.hookspec
+    def pytest_e2b_env_cases(self, config: pytest.Config) -> list[Any]:  # type: ignore[empty-body]
+        """Return extra catalog cases (dicts in the case-file schema, or ``Case`` objects)."""
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Declare ``pytest_e2b_env_cases``."""
+    pluginmanager.add_hookspecs(E2BEnvHookspecs)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--e2b-live``, ``--e2b-evidence``, ``--e2b-cases`` and their ini keys, plus the subjects."""
+    group = parser.getgroup("e2b", "E2B environment validation (pytest-e2b-env)")
+    group.addoption(
+        "--e2b-live",
+        action="store_true",
+        default=None,
+        dest="e2b_live",
+        help="run against real E2B through the fault proxy (needs E2B_API_KEY); default: local emulator",
+    )
+    group.addoption(
+        "--e2b-evidence",
+        metavar="DIR",
+        default=None,
+        dest="e2b_evidence",
+        help="directory for the evidence bundle (default: e2b-evidence under the rootdir)",
+    )
+    group.addoption(
+        "--e2b-cases",
+        metavar="PATH",
+        default=None,
+        dest="e2b_cases",
+        help="case file or directory to use instead of the bundled catalog",
+    )
+    parser.addini("e2b_live", type="bool", default=False, help="run against real E2B (like --e2b-live)")
+    parser.addini("e2b_evidence", default="", help="evidence bundle directory (like --e2b-evidence)")
+    parser.addini("e2b_cases", default="", help="case file or directory (like --e2b-cases)")
+    parser.addini("e2b_reward_subject", default="", help="reward code under test, 'module:factory'")
+    parser.addini("e2b_episode_subject", default="", help="episode class under test, 'module:EnvClass'")
+    parser.addini(
+        "e2b_episode_tools", type="linelist", default=[], help="extra model tools your episode class declares"
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Validate the options, register markers and fixtures, and (controller only) the reporter."""
+    config.addinivalue_line("markers", "e2b_live: needs real E2B; skipped unless --e2b-live is given")
+    config.addinivalue_line("markers", "e2b_case(id): the catalog case an item runs")
+    from pytest_e2b_env.catalog.items import Runtime, runtime_key, settings_key
+    from pytest_e2b_env.catalog.settings import resolve
+
+    settings = resolve(config)
+    config.stash[settings_key] = settings
+    config.stash[runtime_key] = Runtime(settings)
+    import pytest_e2b_env.fixtures as fixtures
+
+    if not config.pluginmanager.is_registered(fixtures):
+        config.pluginmanager.register(fixtures, "e2b_env_fixtures")
+    if not hasattr(config, "workerinput"):
+        from pytest_e2b_env.catalog.report import EvidenceReporter
+
+        config.pluginmanager.register(EvidenceReporter(config, settings), "e2b_env_evidence")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist: every worker stamps the controller's run id on its sandboxes."""
+    from pytest_e2b_env.catalog.items import settings_key
+
+    node.workerinput["e2b_run_id"] = node.config.stash[settings_key].run_id
+
+
+def _runtime(config: pytest.Config) -> Runtime:
+    from pytest_e2b_env.catalog.items import runtime_key
+
+    return config.stash[runtime_key]
+
+
+def _is_dist_controller(config: pytest.Config) -> bool:
+    return not hasattr(config, "workerinput") and bool(getattr(config.option, "numprocesses", None))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Start the target early when this process will run catalog cases, so the header is exact."""
+    config = session.config
+    runtime = _runtime(config)
+    from pytest_e2b_env.catalog.items import catalog_wanted
+
+    eager = not (_is_dist_controller(config) or runtime.settings.live or config.option.collectonly)
+    if eager and catalog_wanted(config, runtime.settings):
+        runtime.target()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """``e2b: mode=offline run_id=... isolation=...``."""
+    runtime = _runtime(config)
+    target = runtime.target_if_open
+    if target is not None:
+        isolation = target.isolation
+    elif runtime.settings.live:
+        isolation = "e2b (live)"
+    elif _is_dist_controller(config):
+        isolation = "per xdist worker (see the bundle manifest)"
+    else:
+        isolation = "decided when the emulator first starts"
+    settings = runtime.settings
+    subjects = ", ".join(
+        f"{kind}={spec}"
+        for kind, spec in (("reward", settings.reward_subject), ("episode", settings.episode_subject))
+        if spec
+    )
+    lines = [f"e2b: mode={settings.mode} run_id={settings.run_id} isolation={isolation}"]
+    if subjects:
+        lines.append(f"e2b subjects: {subjects}")
+    return lines
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[Any]) -> None:
+    """Append the catalog's items (when a subject is set) and skip live-only tests when offline."""
+    runtime = _runtime(config)
+    from pytest_e2b_env.catalog.items import add_catalog_items, catalog_wanted
+
+    if catalog_wanted(config, runtime.settings):
+        add_catalog_items(session, items)
+    if not runtime.settings.live:
+        skip = pytest.mark.skip(reason="needs --e2b-live")
+        for item in items:
+            if item.get_closest_marker("e2b_live") is not None:
+                item.add_marker(skip)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Ship a catalog case's record on its call report (xdist forwards it to the controller)."""
+    report = yield
+    if call.when == "call" or (call.when == "setup" and report.skipped):
+        from pytest_e2b_env.catalog.items import CaseItem, result_payload
+
+        if isinstance(item, CaseItem):
+            payload = result_payload(item)
+            if payload is not None:
+                report.e2b_case = payload
+    return report
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Hand run facts to the reporter, then sweep this process's sandboxes and stop its target."""
+    runtime = _runtime(session.config)
+    reporter = session.config.pluginmanager.get_plugin("e2b_env_evidence")
+    target = runtime.target_if_open
+    if reporter is not None:
+        info = reporter.info
+        if target is not None:
+            info.setdefault("isolation", target.isolation)
+            info.setdefault("secrets", [target.api_key])
+        if runtime._cases is not None:
+            from pytest_e2b_env.catalog.loader import catalog_hash
+
+            info.setdefault("catalog_hash", catalog_hash(runtime._cases))
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None and target is not None:
+        workeroutput["e2b_info"] = json.dumps({"isolation": target.isolation})
+    runtime.close()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """xdist: learn each worker's isolation level and catalog hash for the manifest."""
+    reporter = node.config.pluginmanager.get_plugin("e2b_env_evidence")
+    raw = getattr(node, "workeroutput", {}).get("e2b_info")
+    if reporter is not None and raw:
+        info = json.loads(raw)
+        reporter.info.setdefault("isolation", info.get("isolation"))
+        reporter.info["workers"] = reporter.info.get("workers", 0) + 1

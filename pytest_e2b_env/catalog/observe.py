@@ -1,0 +1,156 @@
+"""What the catalog observes of a subject, from the outside.
+
+A :class:`Call` is one call the driver made (as TRL would) with its value or exception,
+its duration and the ledger positions around it; an :class:`Observation` is the whole
+case: every call, the target's ledger slice, and the derived sandbox facts the verdicts use.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+MESSAGE_LIMIT = 600
+VALUE_LIMIT = 2000
+
+
+def exception_info(exc: BaseException, secrets: list[str]) -> dict[str, Any]:
+    """Type, class hierarchy names and a redacted, bounded message of an exception."""
+    message = scrub(str(exc), secrets)[:MESSAGE_LIMIT]
+    chain = [cls.__name__ for cls in type(exc).__mro__ if cls not in (object, BaseException)]
+    return {"type": type(exc).__name__, "hierarchy": chain, "message": message}
+
+
+def scrub(text: str, secrets: list[str]) -> str:
+    """Replace every secret value in ``text`` (used before anything is stored)."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "[REDACTED]")
+    return text
+
+
+def summarize(value: Any) -> Any:
+    """A JSON-safe, bounded copy of a returned value."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)[:VALUE_LIMIT]
+    return value if len(text) <= VALUE_LIMIT else text[:VALUE_LIMIT] + "..."
+
+
+@dataclass
+class Call:
+    """One call made by a driver."""
+
+    name: str
+    lane: int = 0
+    args: dict[str, Any] = field(default_factory=dict)
+    value: Any = None
+    returned: bool = False
+    error: dict[str, Any] | None = None
+    seconds: float = 0.0
+    mark_start: int = 0
+    mark_end: int = 0
+    after_submit: bool = False
+    expect_refused: bool = False
+    started_at: float = field(default_factory=time.time)
+
+    def to_event(self) -> dict[str, Any]:
+        """The trajectory event of this call."""
+        return {
+            "kind": "call",
+            "t": self.started_at,
+            "lane": self.lane,
+            "name": self.name,
+            "args": self.args,
+            "returned": self.returned,
+            "value": summarize(self.value),
+            "error": self.error,
+            "seconds": round(self.seconds, 4),
+            "after_submit": self.after_submit,
+        }
+
+
+@dataclass
+class Observation:
+    """Everything seen while a case ran."""
+
+    subject: str
+    calls: list[Call] = field(default_factory=list)
+    ledger: list[dict[str, Any]] = field(default_factory=list)
+    tools: list[str] = field(default_factory=list)
+    allowed_tools: list[str] = field(default_factory=list)
+    alive_after_first_call: list[str] = field(default_factory=list)
+    alive_at_reward: dict[int, list[str]] = field(default_factory=dict)
+    alive_after_close: list[str] = field(default_factory=list)
+    alive_after_reset: list[list[str]] = field(default_factory=list)
+    leaked: list[str] = field(default_factory=list)
+    leaked_after_sweep: list[str] = field(default_factory=list)
+    cleanup: list[dict[str, Any]] = field(default_factory=list)
+    create_info: dict[str, dict[str, Any]] = field(default_factory=dict)
+    driver_error: dict[str, Any] | None = None
+    mark0: int = 0
+
+    # ---- derived facts -------------------------------------------------------------------
+    def calls_named(self, name: str) -> list[Call]:
+        """Calls with this name, in order."""
+        return [c for c in self.calls if c.name == name]
+
+    def entries(self, start: int = 0, end: int | None = None) -> list[dict[str, Any]]:
+        """Ledger entries with ``start <= seq < end``."""
+        return [e for e in self.ledger if e["seq"] >= start and (end is None or e["seq"] < end)]
+
+    def created(self, start: int = 0, end: int | None = None) -> list[str]:
+        """Ids of sandboxes the target created (in order, once each) within the range."""
+        ids: list[str] = []
+        for e in self.entries(start, end):
+            sid = e.get("sandbox_id")
+            if e.get("op") == "create" and sid and sid not in ids:
+                ids.append(str(sid))
+        return ids
+
+    def created_before(self, mark: int, target: Any) -> list[str]:
+        """Ids created before ledger position ``mark`` (read live from the target)."""
+        return [
+            str(e["sandbox_id"])
+            for e in target.ledger(since=self.mark0)
+            if e.get("op") == "create" and e.get("sandbox_id") and e["seq"] < mark
+        ]
+
+    def ops(self, op: str, start: int = 0, end: int | None = None) -> list[dict[str, Any]]:
+        """Ledger entries of one operation within the range."""
+        return [e for e in self.entries(start, end) if e.get("op") == op]
+
+    def submit_mark(self, lane: int = 0) -> int | None:
+        """Ledger position where the first submit() of a lane started."""
+        for call in self.calls:
+            if call.lane == lane and call.name == "submit":
+                return call.mark_start
+        return None
+
+    def raised(self, names: tuple[str, ...]) -> list[Call]:
+        """Calls among ``names`` that raised."""
+        return [c for c in self.calls if c.name in names and c.error is not None]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The observed part of a case record (bounded, JSON-safe)."""
+        created = self.created()
+        return {
+            "calls": [c.to_event() for c in self.calls],
+            "sandboxes_created": created,
+            "create_info": self.create_info,
+            "faults_fired": len(self.ops("fault")),
+            "kills": [
+                {"sandbox_id": e.get("sandbox_id"), "status": e.get("status")} for e in self.ops("kill")
+            ],
+            "commands_run": len([e for e in self.ops("run") if e.get("route", "").endswith("/Start")]),
+            "tools": self.tools,
+            "alive_after_first_call": self.alive_after_first_call,
+            "alive_at_reward": {str(k): v for k, v in self.alive_at_reward.items()},
+            "alive_after_reset": self.alive_after_reset,
+            "leaked": self.leaked,
+            "leaked_after_sweep": self.leaked_after_sweep,
+            "driver_error": self.driver_error,
+        }

@@ -1,0 +1,204 @@
+"""The controller-side evidence reporter: gathers case records, writes one bundle per run.
+
+Registered only on the controller (never on an xdist worker). Records reach it on test
+reports (``report.e2b_case``), which xdist forwards from workers, so one bundle holds every
+case however the run was distributed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_e2b_env.catalog.items import COLLECTOR_NAME
+from pytest_e2b_env.catalog.settings import Settings
+
+PREFIX = COLLECTOR_NAME + "::"
+
+
+def case_id_of(nodeid: str) -> str | None:
+    """The case id of a catalog node id, else None."""
+    return nodeid[len(PREFIX) :] if nodeid.startswith(PREFIX) else None
+
+
+class EvidenceReporter:
+    """Plugin object: collects records from reports and writes the bundle at session end."""
+
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        self.config = config
+        self.settings = settings
+        self.records: dict[str, dict[str, Any]] = {}
+        self.trajectories: dict[str, list[dict[str, Any]]] = {}
+        self.cleanup: list[dict[str, Any]] = []
+        self.expected: list[str] = []
+        self.durations: dict[str, float] = defaultdict(float)
+        self.family_of: dict[str, str] = {}
+        self.bundle: Path | None = None
+        self.problems: list[str] = []
+        self.started = time.time()
+        self.info: dict[str, Any] = {}
+
+    # -- collection ------------------------------------------------------------------------
+    def _expect(self, nodeids: list[str]) -> None:
+        for nodeid in nodeids:
+            case_id = case_id_of(nodeid)
+            if case_id is not None and case_id not in self.expected:
+                self.expected.append(case_id)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Without xdist the controller collected the items itself."""
+        if hasattr(session, "items"):
+            self._expect([item.nodeid for item in session.items])
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        """With xdist each worker reports its collection (they are identical)."""
+        self._expect(list(ids))
+
+    # -- results ---------------------------------------------------------------------------
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Keep each case's record; a crashed or errored case without one gets an error record."""
+        case_id = case_id_of(report.nodeid)
+        if case_id is None:
+            return
+        payload = getattr(report, "e2b_case", None)
+        if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+            self.durations[case_id] += float(report.duration)
+        if payload:
+            data = json.loads(payload)
+            record = data["record"]
+            self.records[case_id] = record
+            self.family_of[case_id] = record["family"]
+            self.trajectories[case_id] = data.get("trajectory") or []
+            self.cleanup.extend(data.get("cleanup") or [])
+        elif report.failed and case_id not in self.records:
+            # The item died before producing a record (worker crash, setup error): never lose it.
+            self.records[case_id] = {
+                "id": case_id,
+                "subject": case_id.split("-", 1)[0],
+                "family": "unknown",
+                "description": "",
+                "status": "error",
+                "reason": f"no record ({report.when}): {str(report.longrepr)[-400:]}",
+                "expected": {},
+                "observed": {},
+                "criteria": [],
+                "seconds": float(report.duration),
+                "rewards": None,
+                "exceptions": [],
+                "attempts": 1,
+                "retries": 0,
+            }
+
+    # -- writing ---------------------------------------------------------------------------
+    def family_seconds(self) -> dict[str, float]:
+        """Wall time spent per family (sum of its cases' run time), rounded."""
+        out: dict[str, float] = defaultdict(float)
+        for case_id, seconds in self.durations.items():
+            family = self.family_of.get(case_id) or self.records.get(case_id, {}).get("family", "unknown")
+            out[family] += seconds
+        return {k: round(v, 3) for k, v in sorted(out.items())}
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """Write the bundle once (controller) and fail the run when it is incomplete."""
+        if not self.expected and not self.records:
+            return
+        from pytest_e2b_env.evidence import BundleWriter, verify_bundle
+
+        stopped = bool(session.shouldstop or session.shouldfail)
+        for case_id in self.expected:
+            if case_id not in self.records and stopped:
+                self.records[case_id] = {
+                    "id": case_id,
+                    "subject": case_id.split("-", 1)[0],
+                    "family": "unknown",
+                    "description": "",
+                    "status": "skipped",
+                    "reason": "not run: the session stopped early "
+                    f"({session.shouldstop or session.shouldfail})",
+                    "expected": {},
+                    "observed": {},
+                    "criteria": [],
+                    "seconds": 0.0,
+                    "rewards": None,
+                    "exceptions": [],
+                    "attempts": 0,
+                    "retries": 0,
+                }
+        if not self.info.get("catalog_hash"):
+            try:
+                from pytest_e2b_env.catalog.items import runtime_key
+                from pytest_e2b_env.catalog.loader import catalog_hash
+
+                self.info["catalog_hash"] = catalog_hash(self.config.stash[runtime_key].cases(self.config))
+            except Exception as exc:  # the hash is informative; its failure is recorded, not fatal
+                self.info["catalog_hash"] = f"unavailable: {type(exc).__name__}"
+        manifest = {
+            "mode": self.settings.mode,
+            "catalog_hash": self.info.get("catalog_hash"),
+            "seeds": {"catalog": 0},
+            "isolation": self.info.get("isolation"),
+            "subjects": {
+                "reward": self.settings.reward_subject,
+                "episode": self.settings.episode_subject,
+            },
+            "workers": self.info.get("workers", 0),
+        }
+        if self.settings.live:
+            manifest["live_endpoint"] = "E2B (through the fault proxy)"
+        try:
+            writer = BundleWriter(self.settings.evidence, self.settings.run_id, manifest)
+            for record in self.records.values():
+                writer.add_case(record)
+            for case_id, events in self.trajectories.items():
+                writer.add_trajectory(case_id, events)
+            writer.add_cleanup(self.cleanup)
+            summary = "\n".join(
+                f"{r['id']}: {r['status']} {r.get('reason') or ''}".rstrip() for r in self.records.values()
+            )
+            writer.add_log("summary", summary + "\n")
+            secrets = [s for s in self.info.get("secrets", []) if s]
+            self.bundle = writer.finish(self.expected, secrets=secrets, family_seconds=self.family_seconds())
+            self.problems = list(verify_bundle(self.bundle, self.expected, secrets))
+        except Exception as exc:  # the bundle failing must fail the run, loudly
+            self.problems.append(f"evidence bundle not written: {type(exc).__name__}: {exc}")
+        coverage = self._coverage()
+        if coverage is not None and not coverage.get("complete", False):
+            self.problems.append("coverage.json is incomplete (a case is missing)")
+        if self.problems and session.exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _coverage(self) -> dict[str, Any] | None:
+        if self.bundle is None:
+            return None
+        try:
+            data: dict[str, Any] = json.loads((self.bundle / "coverage.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return data
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """Per-family wall time, the bundle path and any bundle problem."""
+        if not self.records:
+            return
+        tr = terminalreporter
+        tr.section("e2b catalog")
+        counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        for record in self.records.values():
+            counts[record["family"]][record["status"]] += 1
+        seconds = self.family_seconds()
+        for family in sorted(counts):
+            parts = ", ".join(f"{n} {status}" for status, n in sorted(counts[family].items()))
+            tr.write_line(f"{family:<16} {seconds.get(family, 0.0):7.2f}s  {parts}")
+        tr.write_line(f"{'total':<16} {sum(seconds.values()):7.2f}s  wall {time.time() - self.started:.2f}s")
+        if self.bundle is not None:
+            tr.write_line(f"evidence bundle: {self.bundle}")
+        for problem in self.problems:
+            tr.write_line(f"evidence problem: {problem}", red=True)

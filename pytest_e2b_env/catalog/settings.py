@@ -1,0 +1,124 @@
+"""Resolve the plugin's options and ini keys into one validated :class:`Settings`.
+
+CLI wins over ini. Bad values raise ``pytest.UsageError`` naming the value and the fix.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_e2b_env.catalog.target import RUN_ENV, new_run_id
+
+_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+_TOOL = re.compile(r"^[A-Za-z_]\w*$")
+EXAMPLES = {
+    "e2b_reward_subject": "mypkg.rewards:make_reward",
+    "e2b_episode_subject": "mypkg.env:MyEpisode",
+}
+
+
+@dataclass
+class Settings:
+    """Everything the plugin resolved from the command line and the ini file."""
+
+    live: bool
+    evidence: Path
+    cases: list[Path]
+    reward_subject: str | None
+    episode_subject: str | None
+    episode_tools: list[str]
+    run_id: str
+    cases_given: bool = False
+    worker: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def mode(self) -> str:
+        """``live`` or ``offline``."""
+        return "live" if self.live else "offline"
+
+    def subject_for(self, kind: str) -> str | None:
+        """The import string of the subject of a kind, if configured."""
+        return self.reward_subject if kind == "reward" else self.episode_subject
+
+
+def check_subject(key: str, value: str) -> str:
+    """Validate a ``module:attr`` ini value: form, then that the module can be found."""
+    value = value.strip()
+    if not _SPEC.match(value):
+        raise pytest.UsageError(f"{key}={value!r} is not 'module:factory'. Example: {EXAMPLES[key]}")
+    module = value.partition(":")[0]
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        found = None
+    if found is None:
+        raise pytest.UsageError(
+            f"{key}={value!r}: module {module!r} cannot be found; check the spelling and that it is "
+            "importable from the rootdir (add it to pythonpath in your pytest config)"
+        )
+    return value
+
+
+def resolve(config: pytest.Config) -> Settings:
+    """Read and validate every e2b option; raise ``pytest.UsageError`` on a bad value."""
+    from pytest_e2b_env.catalog.loader import default_cases_dir
+
+    live_opt = config.getoption("e2b_live")
+    live = bool(live_opt) if live_opt is not None else bool(config.getini("e2b_live"))
+    if live and not os.environ.get("E2B_API_KEY"):
+        raise pytest.UsageError(
+            "--e2b-live needs E2B_API_KEY in the environment: export your E2B key, "
+            "or drop --e2b-live to run offline on the local emulator"
+        )
+    evidence_opt = config.getoption("e2b_evidence") or config.getini("e2b_evidence") or "e2b-evidence"
+    evidence = Path(evidence_opt)
+    if not evidence.is_absolute():
+        evidence = (
+            config.invocation_params.dir if config.getoption("e2b_evidence") else config.rootpath
+        ) / evidence
+    cases_opt = config.getoption("e2b_cases") or config.getini("e2b_cases")
+    cases = [default_cases_dir()]
+    if cases_opt:
+        base = config.invocation_params.dir if config.getoption("e2b_cases") else config.rootpath
+        cases = [p if p.is_absolute() else base / p for p in map(Path, str(cases_opt).split(os.pathsep))]
+        for path in cases:
+            if not path.exists():
+                raise pytest.UsageError(
+                    f"e2b cases path {str(path)!r} does not exist; "
+                    "give a .toml case file or a directory of them"
+                )
+    subjects: dict[str, str | None] = {}
+    for key in ("e2b_reward_subject", "e2b_episode_subject"):
+        raw = str(config.getini(key) or "").strip()
+        subjects[key] = check_subject(key, raw) if raw else None
+    tools = [str(t).strip() for t in config.getini("e2b_episode_tools") if str(t).strip()]
+    for tool in tools:
+        if not _TOOL.match(tool) or tool in ("reset", "get_reward"):
+            raise pytest.UsageError(
+                f"e2b_episode_tools entry {tool!r} is not a tool name; list method names such as 'read_file'"
+            )
+    workerinput = getattr(config, "workerinput", None)
+    run_id = (
+        workerinput.get("e2b_run_id")
+        if workerinput and workerinput.get("e2b_run_id")
+        else os.environ.get(RUN_ENV) or new_run_id()
+    )
+    return Settings(
+        live=live,
+        evidence=evidence,
+        cases=cases,
+        reward_subject=subjects["e2b_reward_subject"],
+        episode_subject=subjects["e2b_episode_subject"],
+        episode_tools=tools,
+        run_id=str(run_id),
+        cases_given=bool(config.getoption("e2b_cases")),
+        worker=workerinput.get("workerid") if workerinput else None,
+    )

@@ -1,0 +1,149 @@
+"""The target a run talks to: the local emulator (offline) or the fault proxy before real E2B (live).
+
+Both expose the same surface (``sdk_env``, ``faults``, ``sandboxes``, ``ledger_mark``,
+``ledger``), so drivers, verdicts and fixtures never ask which one they got. The SDK settings
+reach code under test only through :meth:`Target.scoped_env`, which restores the process
+environment afterwards so nothing leaks into the user's session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from pytest_e2b_env.errors import ConfigError, InfrastructureError
+
+RUN_ENV = "PYTEST_E2B_ENV_RUN"
+SDK_KEYS = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")
+
+
+def new_run_id() -> str:
+    """A short, unique, metadata-safe run id."""
+    return "run-" + uuid.uuid4().hex[:12]
+
+
+@contextlib.contextmanager
+def patched_environ(values: dict[str, str]) -> Iterator[None]:
+    """Set ``values`` in ``os.environ`` for the block, then restore every key exactly."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+class Target:
+    """An opened emulator or fault proxy plus the run id stamped on everything.
+
+    ``backend`` is any object with the Emulator surface; :func:`open_target` makes one.
+    """
+
+    def __init__(self, backend: Any, mode: str, run_id: str, closer: Any = None) -> None:
+        self.backend = backend
+        self.mode = mode
+        self.run_id = run_id
+        self._closer = closer
+
+    @property
+    def isolation(self) -> str:
+        """The emulator's isolation level, or ``"e2b"`` live."""
+        return str(getattr(self.backend, "isolation", "e2b"))
+
+    @property
+    def endpoint(self) -> str:
+        """The URL the SDK talks to (never a key)."""
+        return str(getattr(self.backend, "url", ""))
+
+    @property
+    def faults(self) -> Any:
+        """The wire fault plan: ``add(route=, answer=, times=, ...)`` and ``clear()``."""
+        return self.backend.faults
+
+    def sdk_env(self) -> dict[str, str]:
+        """The E2B_* variables that point the real SDK at this target, plus the run id."""
+        env = {key: str(value) for key, value in self.backend.sdk_env().items()}
+        env[RUN_ENV] = self.run_id
+        return env
+
+    @property
+    def api_key(self) -> str:
+        """The key the SDK must use with this target (a secret: never print it)."""
+        return self.sdk_env()["E2B_API_KEY"]
+
+    def scoped_env(self) -> contextlib.AbstractContextManager[None]:
+        """Point the SDK at the target for the duration of a block only."""
+        return patched_environ(self.sdk_env())
+
+    def sandboxes(self) -> list[dict[str, Any]]:
+        """Sandboxes alive right now (on the emulator, or seen alive through the proxy)."""
+        return list(self.backend.sandboxes())
+
+    def alive_ids(self) -> set[str]:
+        """Ids of the sandboxes alive right now."""
+        return {str(s["sandbox_id"]) for s in self.sandboxes()}
+
+    def ledger_mark(self) -> int:
+        """A position in the ledger to slice from."""
+        return int(self.backend.ledger_mark())
+
+    def ledger(self, since: int = 0) -> list[dict[str, Any]]:
+        """Ledger entries since ``since``, oldest first."""
+        return list(self.backend.ledger(since=since))
+
+    def kill(self, sandbox_id: str) -> bool:
+        """Kill one sandbox through the real SDK (used for leak cleanup); True when it is gone."""
+        from e2b import Sandbox  # lazy: the plugin must not import the SDK at load time
+
+        env = self.sdk_env()
+        try:
+            Sandbox.kill(
+                sandbox_id,
+                api_key=env["E2B_API_KEY"],
+                api_url=env["E2B_API_URL"],
+                request_timeout=10,
+            )
+        except Exception:
+            return False
+        return sandbox_id not in self.alive_ids()
+
+    def sweep(self) -> list[str]:
+        """Kill every live sandbox tagged with this run id; return the ids that would not die."""
+        stuck = []
+        for box in self.sandboxes():
+            meta = box.get("metadata") or {}
+            if meta.get("pytest_e2b_env_run") == self.run_id and not self.kill(str(box["sandbox_id"])):
+                stuck.append(str(box["sandbox_id"]))
+        return stuck
+
+    def close(self) -> None:
+        """Stop the emulator or proxy (the emulator kills its sandboxes on exit)."""
+        if self._closer is not None:
+            closer, self._closer = self._closer, None
+            closer()
+
+
+def open_target(live: bool, run_id: str) -> Target:
+    """Start the emulator (offline) or the fault proxy in front of real E2B (live)."""
+    if live:
+        if not os.environ.get("E2B_API_KEY"):
+            raise ConfigError("--e2b-live needs E2B_API_KEY in the environment; export it or drop --e2b-live")
+        try:
+            from pytest_e2b_env.proxy import FaultProxy
+        except ImportError as exc:
+            raise InfrastructureError(f"the live fault proxy is unavailable: {type(exc).__name__}") from None
+        proxy = FaultProxy()
+        proxy.__enter__()
+        return Target(proxy, "live", run_id, closer=lambda: proxy.__exit__(None, None, None))
+    from pytest_e2b_env.emulator import Emulator
+
+    emulator = Emulator()
+    emulator.__enter__()
+    return Target(emulator, "offline", run_id, closer=lambda: emulator.__exit__(None, None, None))

@@ -1,0 +1,323 @@
+"""Judge an observation against a case's expectations (catalog.md "How outcomes are judged").
+
+Each predicate yields one criterion in the OpenEnv validate style: ``id``, ``description``,
+``passed``, ``expected``, ``actual``. Global checks (no leak, no secret, no unexpected raise)
+are added to every case.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+from pytest_e2b_env.catalog.model import PREDICATES, Case
+from pytest_e2b_env.catalog.observe import Call, Observation
+
+Judge = Callable[[Any, Observation], tuple[bool, Any]]
+REFERENCE_CLASSES = ("InfrastructureError", "CleanupError")
+SCORING_CALLS = {"reward": ("reward",), "episode": ("get_reward",)}
+TOLERANCE = 1e-9
+
+
+def same_scores(expected: Any, actual: Any) -> bool:
+    """Scores equal within a tiny tolerance, length and order kept; bools are not scores."""
+    if not isinstance(actual, list | tuple) or len(actual) != len(expected):
+        return False
+    for want, got in zip(expected, actual, strict=True):
+        if isinstance(got, bool) or not isinstance(got, int | float):
+            return False
+        if not math.isfinite(float(got)) or abs(float(got) - float(want)) > TOLERANCE:
+            return False
+    return True
+
+
+def _scoring_calls(obs: Observation) -> list[Call]:
+    return obs.calls_named(SCORING_CALLS[obs.subject][0])
+
+
+def _raise_points(obs: Observation) -> list[Call]:
+    """Where a subject may raise for an infrastructure or cleanup failure."""
+    if obs.subject == "reward":
+        return obs.raised(("reward", "close", "second_batch", "enter", "factory"))
+    return obs.raised(("reset", "terminal", "submit", "get_reward"))
+
+
+def _score_produced(obs: Observation) -> bool:
+    return any(c.returned and c.value is not None for c in _scoring_calls(obs))
+
+
+def _raises(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    raised = _raise_points(obs)
+    actual = [{"call": c.name, **(c.error or {})} for c in raised]
+    if not raised:
+        return False, "no call raised"
+    if obs.subject == "episode" and _score_produced(obs):
+        return False, {"raised": actual, "but_score": [c.value for c in _scoring_calls(obs)]}
+    return True, actual
+
+
+def _raises_class(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    names = {n for c in _raise_points(obs) for n in (c.error or {}).get("hierarchy", [])}
+    return expected in names, sorted(names)
+
+
+def _failed_kills(obs: Observation) -> list[str]:
+    """Sandboxes whose kill request was answered with an error (faults are ledgered as 'fault')."""
+    return sorted(
+        {
+            str(e["sandbox_id"])
+            for e in obs.ledger
+            if str(e.get("route", "")).startswith("DELETE /sandboxes") and (e.get("status") or 0) >= 400
+        }
+    )
+
+
+def _raises_names_ids(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    failed = _failed_kills(obs)
+    messages = " ".join((c.error or {}).get("message", "") for c in _raise_points(obs))
+    missing = [sid for sid in failed if sid not in messages]
+    return (bool(failed) and not missing) == bool(expected), {"kill_failed": failed, "not_named": missing}
+
+
+def _rewards(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    calls = obs.calls_named("reward")
+    if not calls or not calls[0].returned:
+        return False, {"raised": calls[0].error if calls else "not called"}
+    return same_scores(expected, calls[0].value), calls[0].value
+
+
+def _second_rewards(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    calls = obs.calls_named("second_batch")
+    if not calls or not calls[0].returned:
+        return False, {"raised": calls[0].error if calls else "not called"}
+    return same_scores(expected, calls[0].value), calls[0].value
+
+
+def _second_raises(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    calls = obs.calls_named("second_batch")
+    raised = bool(calls) and calls[0].error is not None
+    return raised == bool(expected), calls[0].error if calls else "not called"
+
+
+def _reward(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    calls = obs.calls_named("get_reward")
+    values = [c.value if c.returned else {"raised": c.error} for c in calls]
+    ok = bool(calls) and all(c.returned and same_scores([expected], [c.value]) for c in calls)
+    return ok, values[0] if len(values) == 1 else values
+
+
+def _no_score(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    produced = _score_produced(obs)
+    return (not produced) == bool(expected), [
+        c.value if c.returned else "raised" for c in _scoring_calls(obs)
+    ]
+
+
+def _leaked(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    return len(obs.leaked) == int(expected), obs.leaked
+
+
+def _created_min(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    return len(obs.created()) >= int(expected), len(obs.created())
+
+
+def _created_max(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    return len(obs.created()) <= int(expected), len(obs.created())
+
+
+def _no_sandbox(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    return (not obs.created()) == bool(expected), len(obs.created())
+
+
+def _starts(obs: Observation, start: int = 0, end: int | None = None) -> list[dict[str, Any]]:
+    return [e for e in obs.ops("run", start, end) if str(e.get("route", "")).endswith("/Start")]
+
+
+def _no_run(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    return (not _starts(obs)) == bool(expected), len(_starts(obs))
+
+
+def _replacement(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    lost = [e["seq"] for e in obs.ledger if e.get("op") == "fault" or (e.get("status") == 502)]
+    if not lost:
+        return not expected, "no sandbox was lost"
+    later = obs.created(start=min(lost))
+    return bool(later) == bool(expected), {"created_after_loss": later}
+
+
+def _faults_fired(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    return len(obs.ops("fault")) >= int(expected), len(obs.ops("fault"))
+
+
+def _kill_failed(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    failed = _failed_kills(obs)
+    return bool(failed) == bool(expected), failed
+
+
+def _verifier_created(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    mark = obs.submit_mark()
+    made = obs.created(start=mark) if mark is not None else []
+    return bool(made) == bool(expected), made
+
+
+def _verifier_offline(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    mark = obs.submit_mark()
+    made = obs.created(start=mark) if mark is not None else []
+    access = {sid: obs.create_info.get(sid, {}).get("allow_internet_access") for sid in made}
+    ok = bool(made) and all(v is False for v in access.values())
+    return ok == bool(expected), access
+
+
+def _committed_after_cleanup(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    alive = obs.alive_at_reward.get(0)
+    if alive is None:
+        return False, "get_reward was not observed"
+    return (not alive) == bool(expected), {"alive_when_get_reward_returned": alive}
+
+
+def _tool_refused(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    late = [
+        c
+        for c in obs.calls
+        if (c.after_submit or c.expect_refused) and c.name not in ("get_reward", "submit", "reset")
+    ]
+    if not late:
+        return False, "the case made no tool call after submit (or marked refuse)"
+    ran = [c.name for c in late if _starts(obs, c.mark_start, c.mark_end)]
+    return (not ran) == bool(expected), {"late_calls": [c.name for c in late], "executed": ran}
+
+
+def _tools_exclude(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    exposed = [name for name in expected if name in obs.tools]
+    return not exposed, {"tools": obs.tools, "exposed": exposed}
+
+
+def _tools_allowed_only(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    extra = [name for name in obs.tools if name not in obs.allowed_tools]
+    return (not extra) == bool(expected), {"tools": obs.tools, "not_allowed": extra}
+
+
+def _observations_contain(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    text = "\n".join(
+        (c.value if isinstance(c.value, str) else json.dumps(c.value, default=str))
+        if c.returned
+        else json.dumps(c.error)
+        for c in obs.calls
+        if c.name != "factory"
+    )
+    missing = [needle for needle in expected if needle not in text]
+    return not missing, {"missing": missing}
+
+
+def _parallel_isolated(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    calls = obs.calls_named("get_reward")
+    values: list[Any] = [c.value if c.returned else {"raised": c.error} for c in calls]
+    want: list[Any] = expected if isinstance(expected, list) else []
+    numbers = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    ok = bool(want) and len(numbers) == len(values) == len(want)
+    return ok and sorted(numbers) == sorted(float(w) for w in want), values
+
+
+def _pool_cleanup(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    return (not obs.leaked) == bool(expected), obs.leaked
+
+
+JUDGES: dict[str, Judge] = {
+    "rewards": _rewards,
+    "reward": _reward,
+    "raises": _raises,
+    "raises_in": lambda e, o: (True, "checked by raises"),
+    "raises_names_ids": _raises_names_ids,
+    "no_score": _no_score,
+    "leaked_sandboxes": _leaked,
+    "leaked_after_sweep": lambda e, o: (len(o.leaked_after_sweep) == int(e), o.leaked_after_sweep),
+    "sandboxes_created_min": _created_min,
+    "sandboxes_created_max": _created_max,
+    "no_sandbox": _no_sandbox,
+    "no_run": _no_run,
+    "replacement_created": _replacement,
+    "faults_fired_min": _faults_fired,
+    "faults_fired_max": lambda e, o: (len(o.ops("fault")) <= int(e), len(o.ops("fault"))),
+    "kill_failed_seen": _kill_failed,
+    "verifier_created": _verifier_created,
+    "verifier_offline": _verifier_offline,
+    "score_committed_after_cleanup": _committed_after_cleanup,
+    "tool_refused": _tool_refused,
+    "tools_exclude": _tools_exclude,
+    "tools_allowed_only": _tools_allowed_only,
+    "observations_contain": _observations_contain,
+    "second_batch_rewards": _second_rewards,
+    "second_batch_raises": _second_raises,
+    "pool_cleanup": _pool_cleanup,
+    "parallel_isolated": _parallel_isolated,
+    "reset_replaces": lambda e, o: (
+        (bool(o.alive_after_reset) and not any(o.alive_after_reset)) == bool(e),
+        o.alive_after_reset,
+    ),
+    "tolerate_raises": lambda e, o: (True, "raises tolerated"),
+}
+assert set(JUDGES) == set(PREDICATES), "every predicate needs a judge"
+
+
+def _criterion(cid: str, description: str, passed: bool, expected: Any, actual: Any) -> dict[str, Any]:
+    return {
+        "id": cid,
+        "description": description,
+        "passed": bool(passed),
+        "expected": expected,
+        "actual": actual,
+    }
+
+
+def judge(case: Case, obs: Observation, reference: bool, secrets: list[str]) -> list[dict[str, Any]]:
+    """Every criterion for a case: its own predicates, then the global checks."""
+    criteria = []
+    for name, expected in case.expect.items():
+        passed, actual = JUDGES[name](expected, obs)
+        criteria.append(_criterion(name, PREDICATES[name], passed, expected, actual))
+    raises = case.expect.get("raises")
+    if isinstance(raises, str) and raises != "any":
+        # A third party's exception type is its own business; ours must carry the documented class.
+        passed, actual = _raises_class(raises, obs)
+        criteria.append(
+            _criterion(
+                "raises-class",
+                "the reference code raises the documented class (not required of third-party code)",
+                passed or not reference,
+                raises,
+                actual if reference else {"not_required": actual},
+            )
+        )
+    if not {"raises", "no_score", "tolerate_raises"} & set(case.expect):
+        tolerated = {"second_batch"} if "second_batch_raises" in case.expect else set()
+        if case.reward is not None and case.reward.cancel_on:
+            tolerated.add("reward")
+        unexpected = [
+            {"call": c.name, **(c.error or {})}
+            for c in obs.calls
+            if c.error is not None
+            and c.name not in tolerated
+            and not c.after_submit
+            and c.name not in ("terminal",)
+        ]
+        criteria.append(
+            _criterion(
+                "no-unexpected-raise",
+                "no call raised where the case expects values",
+                not unexpected,
+                [],
+                unexpected,
+            )
+        )
+    if "leaked_sandboxes" not in case.expect and "leaked_after_sweep" not in case.expect:
+        criteria.append(_criterion("no-leak", PREDICATES["leaked_sandboxes"], not obs.leaked, [], obs.leaked))
+    dumped = json.dumps(obs.to_dict(), default=str)
+    found = [i for i, s in enumerate(secrets) if s and s in dumped]
+    criteria.append(
+        _criterion("no-secret", "no secret value appears in anything observed", not found, 0, len(found))
+    )
+    if obs.driver_error is not None:
+        criteria.append(_criterion("driver", "the driver ran to completion", False, None, obs.driver_error))
+    return criteria

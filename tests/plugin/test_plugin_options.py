@@ -1,0 +1,128 @@
+"""Options, ini keys, usage errors, skips and the report header, through pytester."""
+
+from __future__ import annotations
+
+import pytest
+
+INI = "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
+
+
+@pytest.fixture(autouse=True)
+def _quiet_asyncio(pytester: pytest.Pytester) -> None:
+    """Inner runs set the asyncio loop scope so pytest-asyncio does not warn."""
+    pytester.makeini(INI)
+
+
+def test_help_lists_the_e2b_options(pytester: pytest.Pytester) -> None:
+    """--help shows --e2b-live, --e2b-evidence, --e2b-cases and the subject ini keys."""
+    result = pytester.runpytest("--help")
+    result.stdout.fnmatch_lines(
+        [
+            "*--e2b-live*",
+            "*--e2b-evidence=DIR*",
+            "*--e2b-cases=PATH*",
+            "*e2b_reward_subject*",
+            "*e2b_episode_tools*",
+        ]
+    )
+
+
+def test_live_without_key_is_a_usage_error(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--e2b-live without E2B_API_KEY stops the run with a usage error, never a skip."""
+    monkeypatch.delenv("E2B_API_KEY", raising=False)
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest("--e2b-live")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*--e2b-live needs E2B_API_KEY in the environment: export your E2B key, or drop --e2b-live*"]
+    )
+
+
+def test_live_ini_without_key_is_a_usage_error(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The e2b_live ini key behaves like the flag: no key, usage error."""
+    monkeypatch.delenv("E2B_API_KEY", raising=False)
+    pytester.makeini(INI + "e2b_live = true\n")
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            "not a spec",
+            "*e2b_reward_subject='not a spec' is not 'module:factory'. Example: mypkg.rewards:make_reward*",
+        ),
+        (
+            "nosuchmod_xyz:make",
+            "*e2b_reward_subject='nosuchmod_xyz:make': module 'nosuchmod_xyz' cannot be found*",
+        ),
+    ],
+)
+def test_bad_subject_names_value_and_form(pytester: pytest.Pytester, value: str, message: str) -> None:
+    """A malformed or unimportable subject is a usage error naming the value and the expected form."""
+    pytester.makeini(INI + f"e2b_reward_subject = {value}\n")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+def test_bad_episode_tool_name(pytester: pytest.Pytester) -> None:
+    """e2b_episode_tools rejects names that cannot be methods, naming the entry."""
+    pytester.makeini(INI + "e2b_episode_tools =\n    read_file\n    not-a-name\n")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*e2b_episode_tools entry 'not-a-name' is not a tool name*"])
+
+
+def test_missing_cases_path(pytester: pytest.Pytester) -> None:
+    """--e2b-cases naming nothing is a usage error."""
+    result = pytester.runpytest("--e2b-cases", "nowhere.toml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*e2b cases path*nowhere.toml* does not exist*"])
+
+
+def test_live_only_tests_skip_offline(pytester: pytest.Pytester) -> None:
+    """Tests marked e2b_live are skipped with the reason 'needs --e2b-live' when offline."""
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.e2b_live
+        def test_live():
+            raise AssertionError("must not run offline")
+
+        def test_offline():
+            pass
+        """
+    )
+    result = pytester.runpytest("-rs", "--strict-markers")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*SKIPPED*needs --e2b-live*"])
+
+
+def test_header_shows_mode_and_run_id(pytester: pytest.Pytester) -> None:
+    """The report header names the mode, the run id and the isolation level."""
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest()
+    result.stdout.fnmatch_lines(["e2b: mode=offline run_id=run-* isolation=*"])
+
+
+def test_header_shows_emulator_isolation_for_catalog_runs(project: pytest.Pytester) -> None:
+    """With catalog cases to run, the header shows the started emulator's isolation level."""
+    result = project.runpytest("-k", "no-fence")
+    result.stdout.fnmatch_lines(
+        ["e2b: mode=offline run_id=run-* isolation=[np]*", "e2b subjects: reward=tinyreward:make_reward"]
+    )
+
+
+def test_no_catalog_without_subject(pytester: pytest.Pytester) -> None:
+    """Without a subject ini key nothing from the catalog is collected."""
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest("--collect-only", "-q")
+    result.stdout.fnmatch_lines(["test_no_catalog_without_subject.py::test_x", "1 test collected*"])
