@@ -395,8 +395,9 @@ class RewardPool:
                     raise InfrastructureError(f"worker creation refused: {describe(exc)}") from exc
                 last = exc
                 if attempt == 1:
+                    # The SDK already waited out Retry-After on its own retries; the next
+                    # attempt is spaced by the creation pacing like any other create.
                     self._counters.retries += 1
-                    await asyncio.sleep(max(self.create_interval, 0.5))
                 continue
             self._owned[worker.sandbox_id] = worker
             self._counters.created += 1
@@ -405,14 +406,20 @@ class RewardPool:
                 self._heartbeat = asyncio.create_task(self._keep_alive())
             try:
                 await self._preflight(worker)
-            except PreflightError:
-                raise
+                # Prove the renewal path now (one cheap call), not minutes into a training run.
+                await self._renew_with_retry(worker)
+            except InfrastructureError:
+                raise  # preflight failed or renewal refused: configuration, never retried
             except Exception as exc:
                 if not is_transient(exc):
                     raise InfrastructureError(
                         f"worker {worker.sandbox_id} setup failed: {describe(exc)}"
                     ) from exc
                 last = exc
+                await self._discard(worker)
+                continue
+            if worker.lost:  # renewal kept failing transiently: try a fresh worker
+                last = InfrastructureError(f"worker {worker.sandbox_id}: lifetime renewal kept failing")
                 await self._discard(worker)
                 continue
             return worker
@@ -456,15 +463,23 @@ class RewardPool:
             )
 
     async def _keep_alive(self) -> None:
-        """Renew every worker's lifetime; transient failures are retried, auth failures poison."""
+        """Renew every worker's lifetime; transient failures are retried, refusals poison the pool."""
         while True:
             await asyncio.sleep(self.renew_every)
             for worker in list(self._owned.values()):
                 if worker.lost or time.monotonic() - worker.renewed_mono < self.renew_every * 0.5:
                     continue
-                await self._renew_with_retry(worker)
+                try:
+                    await self._renew_with_retry(worker)
+                except InfrastructureError as exc:
+                    self._poison(exc, exc)
+                    return
 
     async def _renew_with_retry(self, worker: Worker, attempts: int = 3) -> None:
+        """Renew with retries; a worker that stays unrenewable is marked lost (replaced on next use).
+
+        Raises :class:`InfrastructureError` when the renewal is refused (auth, bad argument).
+        """
         for attempt in range(1, attempts + 1):
             try:
                 await self._client.renew(worker)
@@ -473,12 +488,9 @@ class RewardPool:
             except Exception as exc:
                 self._counters.renewal_failures += 1
                 if not is_transient(exc):
-                    self._poison(
-                        InfrastructureError(f"worker lifetime renewal refused: {describe(exc)}"), exc
-                    )
-                    return
+                    raise InfrastructureError(f"worker lifetime renewal refused: {describe(exc)}") from exc
                 if attempt == attempts or "NotFound" in type(exc).__name__:
-                    worker.lost = True  # replaced on its next borrow; not fatal for the pool
+                    worker.lost = True
                     return
                 await asyncio.sleep(min(0.5 * attempt, self.renew_every / 4))
 

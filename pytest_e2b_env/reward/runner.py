@@ -358,7 +358,7 @@ def preflight(spec: dict, code: bytes) -> dict:
             probe = run_case(spec, code_path, json.dumps(probe_input).encode())
             # The probe's daemon still carries the job path (with the nonce) in its command line.
             leftovers = _processes_of(NOBODY, spec["nonce"])
-            slow = dict(spec, case_seconds=0.3)
+            slow = dict(spec, case_seconds=0.15)
             sleeper_path = os.path.join(job_dir, "sleeper.py")
             with open(sleeper_path, "w", encoding="utf-8") as fh:
                 fh.write("import time\ntime.sleep(30)\n")

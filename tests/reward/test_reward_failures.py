@@ -212,3 +212,12 @@ async def test_closed_pool_refuses_work(make_pool: Callable[..., RewardPool]) ->
     await pool.close()
     with pytest.raises(InfrastructureError, match="closed"):
         await pool.code_reward([CORRECT], [TOTAL])
+
+
+async def test_refused_renewal_aborts(make_pool: Callable[..., RewardPool], faults: Any) -> None:
+    """A lifetime renewal answered 401 is a configuration fault: InfrastructureError, no score."""
+    faults.add(route="POST /sandboxes/*/timeout", answer={"status": 401}, times=None)
+    pool = make_pool(workers=1)
+    with pytest.raises(InfrastructureError, match="renewal refused"):
+        await pool.code_reward([CORRECT], [TOTAL])
+    assert pool.ledger == []
