@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import inspect
-import threading
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -198,29 +198,29 @@ def test_policy_leak(subjects: list[ReportEpisode], target: SandboxTarget, name:
     assert len(alive) == (0 if name is None else 1)
 
 
+@pytest.mark.namespaces
 @pytest.mark.parametrize("name", [None, "verifier_network"])
-def test_verifier_network(subjects: list[ReportEpisode], emu: Emulator, name: str | None) -> None:
-    """episode_verifier_network creates its verifier with internet access; the reference without."""
-    env = build(subjects, name)
-    env.reset(**make_row())
-    # hold the verifier's command for a second so its settings can be read while it exists
-    emu.faults.add(route="POST /process.Process/Start", answer={"delay": 1.0}, contains="report.py")
-    seen: list[bool] = []
-
-    def watch() -> None:
-        for _ in range(40):
-            for s in emu.sandboxes():
-                if (s.get("metadata") or {}).get("role") == "verifier":
-                    seen.append(bool(s["allow_internet_access"]))
-                    return
-            threading.Event().wait(0.05)
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    env.submit()
-    watcher.join()
-    assert seen == [name is not None]
-    assert env.get_reward() == 0.0
+def test_verifier_egress_measured(subjects: list[ReportEpisode], emu: Emulator, name: str | None) -> None:
+    """Measured: the reference verifier cannot reach a host listener; episode_verifier_network's can."""
+    if emu.isolation != "namespaces":
+        pytest.skip(f"emulator isolation is {emu.isolation!r}: sandboxes share the host network")
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        listener.settimeout(0.5)  # the probe ran during submit: an arrival is already queued
+        port = listener.getsockname()[1]
+        probe = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2).close()"
+        env = build(subjects, name)
+        env.reset(**make_row())
+        env.terminal(write_file("report.py", probe))
+        env.submit()
+        assert env.get_reward() == 0.0
+        arrived = []
+        with contextlib.suppress(TimeoutError):
+            arrived.append(listener.accept()[0])
+        for conn in arrived:
+            conn.close()
+    assert len(arrived) == (0 if name is None else 1)
 
 
 def test_reference_without_url_starts_its_own_server(
