@@ -237,3 +237,22 @@ def test_server_gone_mid_episode_raises_and_releases(target: SandboxTarget, emu:
     finally:
         env._close()
         srv.close()
+
+
+def test_rate_limited_create_waits_and_succeeds(episode: Factory, emu: Emulator) -> None:
+    """429 with Retry-After on the policy create: the SDK waits, reset succeeds, the episode scores."""
+    env = episode()
+    emu.faults.add(route="POST /v2/sandboxes", answer={"status": 429, "retry_after": 1}, times=1)
+    env.reset(**make_row())
+    env.submit()
+    assert env.get_reward() == 0.0
+
+
+def test_auth_failure_raises_at_once(episode: Factory, emu: Emulator) -> None:
+    """401 on create: reset raises InfrastructureError naming the SDK error; get_reward raises too."""
+    env = episode()
+    emu.faults.add(route="POST /v2/sandboxes", answer={"status": 401}, times=None)
+    with pytest.raises(InfrastructureError, match="AuthenticationException"):
+        env.reset(**make_row())
+    with pytest.raises(InfrastructureError):
+        env.get_reward()
