@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from pytest_e2b_env.proxy.routing import envd_target, forward_headers, join_url, sandbox_base_url
+from pytest_e2b_env.proxy.routing import envd_target, forward_headers, is_loopback, join_url, sandbox_base_url
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -58,7 +58,9 @@ class Forwarder:
                 timeout=httpx.Timeout(connect=15.0, read=None, write=None, pool=None),
                 limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
                 follow_redirects=False,
-                trust_env=False,
+                # HTTPS_PROXY and friends apply to a remote E2B (CI behind a proxy), never to a
+                # local emulator, which a corporate proxy could not reach anyway.
+                trust_env=not is_loopback(self.api_url),
             )
         return self._client
 

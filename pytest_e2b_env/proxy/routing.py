@@ -66,6 +66,12 @@ def domain_of_api_url(api_url: str) -> str | None:
     return host[len("api.") :] if host.startswith("api.") and host.count(".") >= 2 else None
 
 
+def is_loopback(url: str) -> bool:
+    """Whether ``url`` points at this machine (``localhost``, ``127.0.0.0/8``, ``::1``)."""
+    host = (urlsplit(url).hostname or "").lower()
+    return host == "localhost" or host == "::1" or host.startswith("127.")
+
+
 def sandbox_base_url(sandbox_id: str, port: int, *, sandbox_url: str | None, domain: str | None) -> str:
     """The upstream base URL for one sandbox port, as the e2b SDK itself would compute it.
 

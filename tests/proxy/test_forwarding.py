@@ -135,3 +135,19 @@ def test_sandboxes_report_internet_access(proxy: FaultProxy, sdk: Any, upstream:
     finally:
         for sandbox in (offline, online, direct):
             sandbox.kill()
+
+
+async def test_concurrent_streams_stay_apart(proxy: FaultProxy, sdk: Any) -> None:
+    """Twenty commands streaming at once through the proxy each get exactly their own output."""
+    sandboxes = [await sdk.AsyncSandbox.create(timeout=120, metadata=RUN) for _ in range(2)]
+    try:
+        runs = [
+            sandboxes[i % 2].commands.run(f"for j in 1 2 3; do echo cmd{i}-$j; sleep 0.05; done", timeout=60)
+            for i in range(20)
+        ]
+        results = await asyncio.gather(*runs)
+        for i, result in enumerate(results):
+            assert result.stdout == "".join(f"cmd{i}-{j}\n" for j in (1, 2, 3))
+    finally:
+        for sandbox in sandboxes:
+            await sandbox.kill()

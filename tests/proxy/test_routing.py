@@ -17,6 +17,7 @@ from pytest_e2b_env.proxy.routing import (
     domain_of_api_url,
     envd_target,
     forward_headers,
+    is_loopback,
     join_url,
     sandbox_base_url,
 )
@@ -74,6 +75,15 @@ def test_no_domain_and_no_sandbox_url_names_the_fix() -> None:
     """Without a domain or sandbox URL the error says what to pass."""
     with pytest.raises(ValueError, match="upstream_sandbox_url"):
         sandbox_base_url("i1", 49983, sandbox_url=None, domain=None)
+
+
+def test_is_loopback() -> None:
+    """Loopback URLs are recognised; E2B's API is not loopback."""
+    assert is_loopback("http://127.0.0.1:3000")
+    assert is_loopback("http://localhost:3000/")
+    assert is_loopback("http://[::1]:3000")
+    assert not is_loopback("https://api.e2b.app")
+    assert not is_loopback("http://10.0.0.7:3000")
 
 
 def test_domain_of_api_url() -> None:
