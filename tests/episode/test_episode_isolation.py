@@ -79,6 +79,15 @@ def test_tool_calls_after_submit_are_refused(episode: Factory, emu: Emulator) ->
     assert env.get_reward() == 0.0
 
 
+def test_hidden_input_never_enters_the_policy_sandbox(episode: Factory) -> None:
+    """The policy finds only the visible input: no trace of the hidden rows or answers."""
+    env = episode()
+    env.reset(**make_row())
+    assert env.terminal("ls -A") == "report.py\nsales.csv"
+    assert env.terminal("grep -rsl -e north -e south /home/user /tmp || echo clean") == "clean"
+    assert env.get_reward() == 0.0
+
+
 def test_forged_reward_file_is_ignored(episode: Factory) -> None:
     """A reward file the policy writes where OpenEnv Terminus looks for one changes nothing."""
     env = episode()
