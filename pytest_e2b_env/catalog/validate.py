@@ -8,9 +8,11 @@ skipped with a reason) and the bundle is complete, non-zero otherwise.
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 from pathlib import Path
 
+RUN_ENV = "PYTEST_E2B_ENV_RUN"
 REFERENCE = {
     "reward": "pytest_e2b_env.reward:reward_subject",
     "episode": "pytest_e2b_env.episode:ReportEpisode",
@@ -31,6 +33,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--cases", default=None, metavar="PATH", help="case file or directory (default: bundled)"
     )
+    parser.add_argument(
+        "--reward-subject", default=REFERENCE["reward"], metavar="MODULE:FACTORY", help="default: %(default)s"
+    )
+    parser.add_argument(
+        "--episode-subject", default=REFERENCE["episode"], metavar="MODULE:CLASS", help="default: %(default)s"
+    )
+    parser.add_argument("--run-id", default=None, help="run id (default: a fresh one)")
     parser.add_argument(
         "-k", dest="keyword", default=None, help="only cases matching this pytest -k expression"
     )
@@ -59,8 +68,9 @@ def pytest_args(options: argparse.Namespace, empty_dir: Path) -> list[str]:
         "-o",
         "asyncio_default_fixture_loop_scope=function",
     ]
+    subjects = {"reward": options.reward_subject, "episode": options.episode_subject}
     for kind in ("reward", "episode"):
-        args += ["-o", f"e2b_{kind}_subject={REFERENCE[kind] if kind in kinds else ''}"]
+        args += ["-o", f"e2b_{kind}_subject={subjects[kind] if kind in kinds else ''}"]
     if options.live:
         args.append("--e2b-live")
     if options.keyword:
@@ -76,6 +86,8 @@ def main(argv: list[str]) -> int:
     import pytest
 
     options = build_parser().parse_args(argv)
+    if options.run_id:
+        os.environ[RUN_ENV] = options.run_id  # the plugin reads the run id from here
     with tempfile.TemporaryDirectory(prefix="pytest-e2b-env-validate-") as tmp:
         empty = Path(tmp)
         (empty / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
