@@ -24,6 +24,8 @@ from pytest_e2b_env.errors import CleanupError
 RUN_KEY = "pytest_e2b_env_run"
 #: Extra seconds of server-side lifetime beyond the deadline a sandbox is created for.
 LIFETIME_SLACK = 30
+#: Longest lifetime requested (E2B's Hobby tier caps sandboxes at one hour).
+MAX_LIFETIME = 3600
 _PROCESS_RUN_ID = uuid.uuid4().hex[:12]
 
 
@@ -85,7 +87,7 @@ def create_sandbox(
     e2b = _sdk()
     return e2b.Sandbox.create(
         template=target.template,
-        timeout=int(lifetime) + LIFETIME_SLACK,
+        timeout=min(int(lifetime) + LIFETIME_SLACK, MAX_LIFETIME),
         metadata={RUN_KEY: target.run_id, "role": role, "episode": episode},
         allow_internet_access=internet,
         **target.opts(),
@@ -174,7 +176,7 @@ def run_bounded(
     """
     quoted = shlex.quote(command)
     err = "&1" if merge_stderr else "/dev/null"
-    limit = max(1, round(seconds))
+    limit = max(0.1, round(seconds, 1))  # GNU timeout takes fractions: a short window stays short
     script = (
         f"timeout -s KILL {limit} sh -c {quoted} >{_OUT} 2>{err} </dev/null; rc=$?; "
         f"timeout -s KILL {_READ_SECONDS} head -c {int(output_bytes) + 1} {_OUT} 2>/dev/null; "
@@ -183,7 +185,7 @@ def run_bounded(
     started = time.monotonic()
     try:
         # The SDK deadline is a backstop only: `timeout` inside the sandbox fires first.
-        result = sandbox.commands.run(script, cwd=cwd, timeout=limit + _READ_SECONDS + 15)
+        result = sandbox.commands.run(script, cwd=cwd, timeout=int(limit) + _READ_SECONDS + 15)
     except _sdk().CommandExitException as exc:
         # The sandbox answered: the command killed its own wrapper (kill -9 -1 and the like).
         # That is the candidate's doing, so it is an outcome, not an infrastructure failure.
