@@ -95,8 +95,10 @@ class Forwarder:
         headers = _decode_headers(scope)
         body_done = asyncio.Event()
 
-        async def body() -> AsyncIterator[bytes]:
+        async def body(first: bytes) -> AsyncIterator[bytes]:
             try:
+                if first:
+                    yield first
                 while True:
                     message = await receive()
                     if message["type"] == "http.disconnect":
@@ -110,8 +112,19 @@ class Forwarder:
                 body_done.set()
 
         lowered = {name.lower() for name, _ in headers}
-        has_body = "content-length" in lowered or "transfer-encoding" in lowered
-        if not has_body:
+        content: bytes | AsyncIterator[bytes] | None = None
+        if "content-length" in lowered or "transfer-encoding" in lowered:
+            first = await receive()
+            if first["type"] == "http.disconnect":
+                return
+            if first.get("more_body", False):
+                content = body(first.get("body", b""))  # big or streamed: relay chunk by chunk
+            else:
+                # The whole body came in one piece (unary RPCs, create, a command's Start):
+                # sending it with a length saves a write per request on both hops.
+                content = first.get("body", b"")
+                body_done.set()
+        else:
             body_done.set()
         try:
             url = self.upstream_url(scope)
@@ -122,7 +135,7 @@ class Forwarder:
             scope["method"],
             url,
             headers=forward_headers(headers),
-            content=body() if has_body else None,
+            content=content,
         )
 
         async def pump() -> None:
