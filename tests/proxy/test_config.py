@@ -89,3 +89,18 @@ def test_live_routing_uses_each_sandbox_domain() -> None:
         forwarder.upstream_url(_scope("/process.Process/Start", self_hosted))
         == "https://49983-i2.sbx.example.org/process.Process/Start"
     )
+
+
+def test_unreachable_upstream_answers_502_naming_it() -> None:
+    """A dead upstream is a 502 whose message names the upstream URL (and never the key)."""
+    import e2b
+    from e2b.exceptions import SandboxException
+
+    with FaultProxy("http://127.0.0.1:9", "http://127.0.0.1:9", api_key="e2b_k3y_never_shown") as proxy:
+        client = e2b.E2B(**proxy.sdk_opts())
+        with pytest.raises(SandboxException) as info:
+            client.Sandbox.create(timeout=60, retries=0)
+    message = str(info.value)
+    assert "fault proxy: upstream 'http://127.0.0.1:9/v2/sandboxes' failed: ConnectError" in message
+    assert "e2b_k3y_never_shown" not in message
+    assert proxy.ledger()[-1]["status"] == 502
