@@ -19,6 +19,9 @@ from pytest_e2b_env.training.evidence import CASE_IDS
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
+# 4 completions per prompt: a group with reward spread (so a weight update) is near certain; no
+# creation pacing on the emulator.
+FAST = ("--num-generations", "4", "--create-interval", "0")
 
 
 def _train(out: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
@@ -41,7 +44,7 @@ def reward_run(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[subprocess.CompletedProcess[str], dict, Path]:
     out = tmp_path_factory.mktemp("train-reward")
-    done, metrics = _train(out, "--tiny", "--mode", "reward", "--max-steps", "2", "--create-interval", "0")
+    done, metrics = _train(out, "--tiny", "--mode", "reward", "--max-steps", "2", *FAST)
     return done, metrics, out
 
 
@@ -50,7 +53,7 @@ def episode_run(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[subprocess.CompletedProcess[str], dict, Path]:
     out = tmp_path_factory.mktemp("train-episode")
-    done, metrics = _train(out, "--tiny", "--mode", "episode", "--max-steps", "2", "--create-interval", "0")
+    done, metrics = _train(out, "--tiny", "--mode", "episode", "--max-steps", "2", *FAST)
     return done, metrics, out
 
 
@@ -111,7 +114,7 @@ def test_episode_mode_model_calls_terminal_and_submit(episode_run: tuple) -> Non
     model_calls = metrics["episode"]["model_calls"]
     assert model_calls.get("terminal", 0) >= 1
     assert model_calls.get("submit", 0) >= 1
-    assert model_calls["get_reward"] >= 8  # one per rollout: 2 steps x 4 completions, plus evaluations
+    assert model_calls["get_reward"] >= 16  # one per rollout: 2 steps x 8 completions, plus evaluations
     assert any(entry.get("tools/call_frequency", 0) > 0 for entry in metrics["history"])
     assert 1.0 in metrics["episode"]["rewards"]
     assert 0.0 in metrics["episode"]["rewards"]
@@ -154,3 +157,22 @@ def test_failed_run_still_writes_what_it_measured(tmp_path: Path) -> None:
     cases = {c["id"]: c for c in json.loads((bundle / "coverage.json").read_text())["cases"]}
     assert cases["train-baseline"]["status"] == "failed"
     assert f"FAILED in load: {metrics['error']['type']}" in done.stdout
+
+
+def test_baseline_only_evaluates_without_training(tmp_path: Path) -> None:
+    """--baseline-only measures the held-out reward, runs no step, and reports training as skipped."""
+    done, metrics = _train(tmp_path, "--tiny", "--mode", "reward", "--baseline-only", *FAST)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert isinstance(metrics["held_out_reward"]["before"], float)
+    assert metrics["held_out_reward"]["after"] is None
+    assert metrics["steps"] == []
+    assert metrics["weights"] is None
+    assert not (tmp_path / "model").exists()
+    coverage = json.loads((_bundle(tmp_path) / "coverage.json").read_text())
+    statuses = {c["id"]: c["status"] for c in coverage["cases"]}
+    assert statuses == {
+        "train-baseline": "passed",
+        "train-grpo": "skipped",
+        "train-after": "skipped",
+        "train-cleanup": "passed",
+    }
