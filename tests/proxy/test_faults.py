@@ -149,3 +149,18 @@ def test_bad_rule_is_rejected_with_the_fix(proxy: FaultProxy) -> None:
     proxy.faults.add(route="*", answer={"status": 503})
     proxy.faults.clear()
     assert proxy.faults.rules() == []
+
+
+async def test_contains_matches_uploaded_file_content(proxy: FaultProxy, sdk: Any) -> None:
+    """A rule with 'contains' fires on the upload carrying that text; other uploads pass intact."""
+    from e2b.exceptions import NotEnoughSpaceException
+
+    sandbox = await sdk.AsyncSandbox.create(timeout=120, metadata=RUN)
+    try:
+        proxy.faults.add(route="POST /files", answer={"status": 507}, contains="MAGIC-MARKER", times=None)
+        with pytest.raises(NotEnoughSpaceException):
+            await sandbox.files.write("a.txt", "payload with MAGIC-MARKER inside")
+        await sandbox.files.write("b.txt", "plain payload")
+        assert await sandbox.files.read("b.txt") == "plain payload"
+    finally:
+        await sandbox.kill()

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_e2b_env.proxy.recording import internet_of_create
+from pytest_e2b_env.proxy.recording import internet_of_create, sandbox_of_answer
 from pytest_e2b_env.proxy.routing import (
     ENVD_PORT,
     HEADER_ROUTED_DOMAINS,
@@ -130,3 +130,18 @@ def test_internet_of_create_unparsable_is_unknown() -> None:
     """A body that is not a JSON object says nothing about internet access."""
     assert internet_of_create(b"not json") is None
     assert internet_of_create(b"[1, 2]") is None
+
+
+@given(ids, st.sampled_from([None, "e2b.app", "sbx.example.org"]))
+def test_sandbox_of_answer_reads_id_and_domain(sandbox_id: str, domain: str | None) -> None:
+    """A create/connect answer gives the new sandbox's id and domain."""
+    body = json.dumps({"sandboxID": sandbox_id, "templateID": "base", "domain": domain}).encode()
+    assert sandbox_of_answer(body) == (sandbox_id, domain)
+
+
+@given(st.binary(max_size=64))
+def test_sandbox_of_answer_never_raises(body: bytes) -> None:
+    """Any answer body, however malformed, yields a pair instead of an exception."""
+    sandbox_id, domain = sandbox_of_answer(body)
+    assert sandbox_id is None or isinstance(sandbox_id, str)
+    assert domain is None or isinstance(domain, str)
