@@ -24,12 +24,14 @@ from typing import Any
 RUN_KEY = "pytest_e2b_env_run"
 DEFAULT_DOMAIN = "e2b.app"
 CONFIRM_SECONDS = 20.0
+REQUEST_TIMEOUT = 30.0
 
 
 def _opts(sdk_opts: Mapping[str, Any]) -> dict[str, Any]:
     # debug=False: with E2B_DEBUG=true in the environment the SDK turns kill() into a no-op
     # that returns True, which would make reap report sandboxes killed that still run.
-    return {"debug": False, **sdk_opts}
+    # A bounded request_timeout: a session-start check must not hang on an unreachable API.
+    return {"debug": False, "request_timeout": REQUEST_TIMEOUT, **sdk_opts}
 
 
 def list_tagged(sdk_opts: Mapping[str, Any], run_id: str | None = None) -> list[Any]:
