@@ -202,6 +202,10 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str] | None = None
     """Parse ``argv``; ``SystemExit(2)`` on a bad flag, :class:`MissingKeyError` on a missing key."""
     parser = build_parser()
     ns = parser.parse_args(list(argv))
+    if ns.log_completions and ns.mode == "episode":
+        # TRL 1.16 builds an Arrow table of the completions; a tool call without arguments
+        # (submit) makes it raise ArrowNotImplementedError mid-run.
+        parser.error("--log-completions works with --mode reward only (TRL 1.16 cannot log submit() calls)")
     env = os.environ if environ is None else environ
     if not ns.offline and not env.get("E2B_API_KEY", "").strip():
         raise MissingKeyError(

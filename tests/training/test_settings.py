@@ -59,6 +59,12 @@ def test_model_or_tiny_is_required(capsys: pytest.CaptureFixture[str]) -> None:
     assert "not allowed with argument" in capsys.readouterr().err
 
 
+def test_log_completions_is_refused_in_episode_mode(capsys: pytest.CaptureFixture[str]) -> None:
+    """--log-completions with --mode episode is a parser error (TRL 1.16 crashes logging submit())."""
+    assert main(["--tiny", "--offline", "--mode", "episode", "--log-completions"]) == 2
+    assert "--log-completions works with --mode reward only" in capsys.readouterr().err
+
+
 def test_help_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
     """--help prints usage and returns 0."""
     assert main(["--help"]) == 0
