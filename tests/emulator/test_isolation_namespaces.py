@@ -352,9 +352,9 @@ OWNER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("how", ["sigkill", "raise"])
+@pytest.mark.parametrize("how", ["sigkill", "sigterm", "sigint", "raise"])
 def test_nothing_outlives_the_owning_process(backend: Backend, how: str) -> None:
-    """When the backend's owner dies (SIGKILL, or an exception without cleanup), its sandboxes die too."""
+    """When the backend's owner dies (a signal, or an exception without cleanup), its sandboxes die too."""
     marker = f"orphan-{uuid.uuid4().hex[:8]}"
     owner = subprocess.Popen(
         [sys.executable, "-c", OWNER, how, marker],
@@ -365,8 +365,9 @@ def test_nothing_outlives_the_owning_process(backend: Backend, how: str) -> None
     assert owner.stdout is not None
     info = json.loads(owner.stdout.readline())
     assert live_pids(marker)
-    if how == "sigkill":
-        owner.kill()
+    signals = {"sigkill": signal.SIGKILL, "sigterm": signal.SIGTERM, "sigint": signal.SIGINT}
+    if how in signals:
+        owner.send_signal(signals[how])
     owner.wait(timeout=60)
     owner.stdout.close()
     assert owner.stdin is not None
