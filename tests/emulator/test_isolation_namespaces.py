@@ -186,6 +186,9 @@ def test_fresh_proc_minimal_dev_no_sys(box: NamespaceBox) -> None:
     assert not {"vda", "sda", "mem", "kmsg"} & set(lines[2:-1])
     assert lines[-1] == "0"
     assert sh(box, "echo ok > /dev/null && head -c 4 /dev/urandom | wc -c")[1] == "4\n"
+    pty_probe = "python3 -c 'import os, pty; print(os.ttyname(pty.openpty()[1]))'; cat <(echo via-dev-fd)"
+    assert sh(box, pty_probe)[1] == "/dev/pts/0\nvia-dev-fd\n"
+    assert box.home_dir == "/home/user"
 
 
 def test_user_account_and_ownership(box: NamespaceBox) -> None:

@@ -249,6 +249,7 @@ def build_root(root: str) -> None:
         "devpts", f"{dev}/pts", "devpts", L.MS_NOSUID | L.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"
     )
     L.mount("tmpfs", f"{dev}/shm", "tmpfs", L.MS_NOSUID | L.MS_NODEV, "mode=1777,size=256m")
+    L.mount("mqueue", f"{dev}/mqueue", "mqueue", L.MS_NOSUID | L.MS_NODEV | L.MS_NOEXEC)
     os.symlink("pts/ptmx", f"{dev}/ptmx")
     for name, target in (
         ("fd", "/proc/self/fd"),
