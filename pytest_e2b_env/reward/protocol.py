@@ -17,6 +17,7 @@ from typing import Any
 
 REMOTE_DIR = "/opt/pytest-e2b-env/reward"
 RUNNER = f"{REMOTE_DIR}/runner.py"
+SERVE_DIR = f"{REMOTE_DIR}/serve"  # root-only FIFOs of the persistent runner (req, resp) and its pid
 PYTHON = "/usr/bin/python3"
 # bash -c takes the command as one argv string; Linux caps a single string at 128 KiB.
 MAX_COMMAND_BYTES = 120_000
@@ -103,14 +104,52 @@ def resource_text(name: str) -> str:
 
 
 def install_command(payload: Payload) -> str:
-    """Install the runner and run the preflight in one command (a new worker's only round trip)."""
+    """Install the runner, run the preflight, start the persistent runner: one command.
+
+    The persistent runner (``runner.py --serve``) saves an interpreter start-up per candidate;
+    it runs the very code the preflight just proved. ``setsid`` keeps it alive after the command.
+    """
     runner = resource_text("runner.py")
     delimiter = "PE2B_RUNNER_" + secrets.token_hex(8)
     prefix = (
-        f"set -e; umask 022; mkdir -p {REMOTE_DIR}/jobs; chmod 755 /opt/pytest-e2b-env {REMOTE_DIR};"
+        f"set -e; umask 022; mkdir -p {REMOTE_DIR}/jobs {SERVE_DIR};"
+        f" chmod 755 /opt/pytest-e2b-env {REMOTE_DIR}; chmod 700 {SERVE_DIR};"
+        f" rm -f {SERVE_DIR}/req {SERVE_DIR}/resp;"
+        f" mkfifo -m 600 {SERVE_DIR}/req {SERVE_DIR}/resp;"
         f" cat > {RUNNER} <<'{delimiter}'\n{runner}\n{delimiter}\nchmod 444 {RUNNER}\n"
     )
-    return heredoc_command(RUNNER, payload.stdin(), prefix)
+    serve = (
+        f"setsid {PYTHON} -I -B -S {RUNNER} --serve {SERVE_DIR} </dev/null >/dev/null 2>&1 &\n"
+        f"echo $! > {SERVE_DIR}/pid\n"
+    )
+    return heredoc_command(RUNNER, payload.stdin(), prefix) + serve
+
+
+def run_command(stdin: bytes | None, command_seconds: float, stdin_file: str | None = None) -> str:
+    """One candidate: hand the payload to the persistent runner, or run a one-shot runner.
+
+    The payload comes from a quoted heredoc (or ``stdin_file``) feeding the whole block, so it
+    is written once. ``timeout`` guards both FIFO opens: a dead server fails the command fast
+    (the host then replaces the worker) instead of hanging it.
+    """
+    # Builtins only; a killed server may linger as a zombie, so look at its state, not kill -0.
+    alive = (
+        f"read -r P < {SERVE_DIR}/pid 2>/dev/null"
+        ' && read -r _ _ S _ < /proc/$P/stat 2>/dev/null && [ "$S" != Z ]'
+    )
+    block = (
+        f"{{ if {alive}; then timeout 5 tee {SERVE_DIR}/req >/dev/null"
+        f" && timeout {int(command_seconds)} cat {SERVE_DIR}/resp;"
+        f" else {PYTHON} -I -B -S {RUNNER}; fi; }}"
+    )
+    if stdin_file is not None:
+        return f"{block} < {stdin_file}; status=$?; rm -f {stdin_file}; exit $status"
+    assert stdin is not None
+    text = stdin.decode("utf-8")
+    delimiter = "PE2B_EOF_" + secrets.token_hex(8)
+    while delimiter in text:  # pragma: no cover - 64 random bits
+        delimiter = "PE2B_EOF_" + secrets.token_hex(8)
+    return f"{block} <<'{delimiter}'\n{text}\n{delimiter}\n"
 
 
 def parse_answer(stdout: str, nonce: str) -> dict[str, Any]:

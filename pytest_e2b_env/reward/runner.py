@@ -381,8 +381,8 @@ def preflight(spec: dict, code: bytes) -> dict:
     }
 
 
-def main() -> int:
-    raw = sys.stdin.buffer.read()
+def handle(raw: bytes) -> bytes:
+    """One request (header line, program, inputs) to one JSON answer line."""
     header_line, _, body = raw.partition(b"\n")
     spec = json.loads(header_line)
     code = body[: spec["code_bytes"]]
@@ -391,13 +391,62 @@ def main() -> int:
     for length in spec["input_bytes"]:
         inputs.append(body[offset : offset + length])
         offset += length
-    os.umask(0o022)
     try:
         result = preflight(spec, code) if spec["mode"] == "preflight" else evaluate(spec, code, inputs)
     except SetupError as exc:
         result = {"setup_error": str(exc)}
     result["nonce"] = spec["nonce"]
-    sys.stdout.write(json.dumps(result) + "\n")
+    return (json.dumps(result) + "\n").encode()
+
+
+def _answer(path: str, data: bytes, patience: float = 5.0) -> None:
+    """Write ``data`` to the response FIFO once a client opens it; drop it if none comes."""
+    give_up = time.monotonic() + patience
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            break
+        except OSError as exc:
+            if exc.errno != errno.ENXIO or time.monotonic() > give_up:
+                return  # the client is gone: it fails and the host replaces this worker
+            time.sleep(0.001)
+    try:
+        os.set_blocking(fd, True)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def serve(directory: str) -> None:
+    """Persistent mode: answer requests from ``directory``/req on ``directory``/resp, forever.
+
+    Saves the interpreter start-up of a runner per candidate. One request at a time (the host
+    borrows a worker exclusively); the nonce in every answer catches any mix-up.
+    """
+    request, response = os.path.join(directory, "req"), os.path.join(directory, "resp")
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    while True:
+        with open(request, "rb") as fh:  # blocks until a client writes a request
+            raw = fh.read()
+        if not raw:
+            continue
+        try:
+            answer = handle(raw)
+        except Exception as exc:  # a malformed request must not kill the server
+            answer = (json.dumps({"setup_error": f"{type(exc).__name__}: {exc}"}) + "\n").encode()
+        _answer(response, answer)
+
+
+def main() -> int:
+    os.umask(0o022)
+    if len(sys.argv) == 3 and sys.argv[1] == "--serve":
+        serve(sys.argv[2])
+        return 0
+    sys.stdout.buffer.write(handle(sys.stdin.buffer.read()))
     sys.stdout.flush()
     return 0
 

@@ -29,13 +29,12 @@ from pytest_e2b_env.errors import InfrastructureError
 from pytest_e2b_env.reward.protocol import (
     MAX_COMMAND_BYTES,
     REMOTE_DIR,
-    RUNNER,
     Payload,
     ProtocolError,
-    heredoc_command,
     install_command,
     parse_answer,
     resource_text,
+    run_command,
 )
 
 ROLE = "reward-worker"
@@ -131,12 +130,12 @@ class WorkerClient:
     async def run(self, worker: Worker, payload: Payload, command_timeout: float) -> dict[str, Any]:
         """Run one candidate on ``worker``; the runner's answer (per-case records)."""
         stdin = payload.stdin()
-        if len(stdin) + 200 <= MAX_COMMAND_BYTES:
-            command = heredoc_command(RUNNER, stdin)
+        if len(stdin) + 400 <= MAX_COMMAND_BYTES:
+            command = run_command(stdin, command_timeout)
         else:  # too big for one argv string: one upload, then the same command reading the file
             path = f"{REMOTE_DIR}/jobs/{payload.nonce}.in"
             await worker.sandbox.files.write(path, stdin, user="root", request_timeout=self.request_timeout)
-            command = f"/usr/bin/python3 -I -B -S {RUNNER} < {path}; status=$?; rm -f {path}; exit $status"
+            command = run_command(None, command_timeout, stdin_file=path)
         result = await worker.sandbox.commands.run(
             command, user="root", timeout=command_timeout, request_timeout=self.request_timeout
         )

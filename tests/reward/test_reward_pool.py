@@ -164,3 +164,26 @@ async def test_hostile_writes_left_no_trace(make_pool: Callable[..., RewardPool]
     )
     assert listing.stdout.count("No such file") == 4
     assert listing.stdout.strip().endswith("0")
+
+
+async def test_dead_runner_server_falls_back_to_one_shot(make_pool: Callable[..., RewardPool]) -> None:
+    """If the persistent runner dies, candidates still run (one-shot runner), no retry needed."""
+    pool = make_pool(workers=1)
+    correct = completion(program("total_tokens_correct"))
+    assert await pool.code_reward([correct], [TOTAL]) == [1.0]
+    worker = next(iter(pool._owned.values()))
+    await worker.sandbox.commands.run("kill -9 $(cat /opt/pytest-e2b-env/reward/serve/pid)", user="root")
+    assert await pool.code_reward([correct, correct], [TOTAL, TOTAL]) == [1.0, 1.0]
+    assert pool.metrics["infrastructure_retries"] == 0
+
+
+async def test_large_inputs_go_through_one_upload(make_pool: Callable[..., RewardPool]) -> None:
+    """A payload too big for one command line is uploaded once, then scored the same way."""
+    records = [{"customer": f"c{i % 50}", "tokens": i} for i in range(6000)]
+    totals: dict[str, int] = {}
+    for record in records:
+        totals[record["customer"]] = totals.get(record["customer"], 0) + record["tokens"]
+    cases = [{"input": json.dumps(records), "output": json.dumps(totals)}]
+    assert len(cases[0]["input"]) > 130_000
+    pool = make_pool(workers=1)
+    assert await pool.code_reward([completion(program("total_tokens_correct"))], [cases]) == [1.0]
