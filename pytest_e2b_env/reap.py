@@ -16,7 +16,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -74,15 +74,21 @@ def find_stale_runs(
     Each entry: ``{"run_id", "sandbox_ids", "count", "oldest_started_at" (ISO 8601 UTC),
     "age_seconds"}``. ``exclude_run_id`` (the current session) is left out.
     """
-    now = datetime.now(UTC)
+    tagged = [(info.metadata[RUN_KEY], info.sandbox_id, info.started_at) for info in list_tagged(sdk_opts)]
+    return group_runs(tagged, datetime.now(UTC), exclude_run_id=exclude_run_id)
+
+
+def group_runs(
+    tagged: Iterable[tuple[str, str, datetime]], now: datetime, *, exclude_run_id: str | None = None
+) -> list[dict[str, Any]]:
+    """Pure part of :func:`find_stale_runs`: ``(run_id, sandbox_id, started_at)`` rows grouped by run."""
     runs: dict[str, dict[str, Any]] = {}
-    for info in list_tagged(sdk_opts):
-        run_id = info.metadata[RUN_KEY]
+    for run_id, sandbox_id, started_at in tagged:
         if run_id == exclude_run_id:
             continue
         entry = runs.setdefault(run_id, {"run_id": run_id, "sandbox_ids": [], "started": []})
-        entry["sandbox_ids"].append(info.sandbox_id)
-        entry["started"].append(info.started_at)
+        entry["sandbox_ids"].append(sandbox_id)
+        entry["started"].append(started_at if started_at.tzinfo else started_at.replace(tzinfo=UTC))
     result = []
     for entry in runs.values():
         oldest = min(entry.pop("started"))
@@ -91,7 +97,7 @@ def find_stale_runs(
         entry["oldest_started_at"] = oldest.astimezone(UTC).isoformat().replace("+00:00", "Z")
         entry["age_seconds"] = round(_age_seconds(oldest, now), 1)
         result.append(entry)
-    result.sort(key=lambda e: -e["age_seconds"])
+    result.sort(key=lambda e: (-e["age_seconds"], e["run_id"]))
     return result
 
 
