@@ -67,11 +67,11 @@ def test_hardcoded_visible_answer_scores_zero(episode: Factory) -> None:
 @pytest.mark.parametrize(
     ("why", "command"),
     [
-        ("missing", "rm report.py"),
-        ("oversized", "head -c 70000 /dev/zero | tr '\\0' '#' > report.py"),
-        ("directory", "rm report.py && mkdir report.py"),
-        ("fifo", "rm report.py && mkfifo report.py"),
-        ("symlink to a device", "ln -sf /dev/zero report.py"),
+        pytest.param("missing", "rm report.py", id="missing"),
+        pytest.param("oversized", "head -c 70000 /dev/zero | tr '\\0' '#' > report.py", id="oversized"),
+        pytest.param("directory", "rm report.py && mkdir report.py", id="directory"),
+        pytest.param("fifo", "rm report.py && mkfifo report.py", id="fifo"),
+        pytest.param("symlink to a device", "ln -sf /dev/zero report.py", id="symlink to a device"),
     ],
 )
 def test_unusable_artifact_scores_zero_without_verifier(
@@ -91,18 +91,29 @@ def test_unusable_artifact_scores_zero_without_verifier(
 @pytest.mark.parametrize(
     ("why", "program"),
     [
-        ("exit 1", 'print(\'{"north": 11, "south": 5}\')\nraise SystemExit(1)'),
-        ("non-JSON", "print('north=11 south=5')"),
-        ("extra key", 'print(\'{"north": 11, "south": 5, "east": 0}\')'),
-        ("floats", 'print(\'{"north": 11.0, "south": 5.0}\')'),
-        ("bools", 'print(\'{"north": 11, "south": true}\')'),
-        ("duplicate key", 'print(\'{"north": 1, "north": 11, "south": 5}\')'),
-        ("stderr only", 'import sys\nsys.stderr.write(\'{"north": 11, "south": 5}\')'),
-        ("kills every process it can", "import os, signal\nos.kill(-1, signal.SIGKILL)"),
-        ("output file swapped for a FIFO", f"import os\nos.remove({OUT!r})\nos.mkfifo({OUT!r})"),
-        (
+        pytest.param("exit 1", 'print(\'{"north": 11, "south": 5}\')\nraise SystemExit(1)', id="exit 1"),
+        pytest.param("non-JSON", "print('north=11 south=5')", id="non-JSON"),
+        pytest.param("extra key", 'print(\'{"north": 11, "south": 5, "east": 0}\')', id="extra key"),
+        pytest.param("floats", 'print(\'{"north": 11.0, "south": 5.0}\')', id="floats"),
+        pytest.param("bools", 'print(\'{"north": 11, "south": true}\')', id="bools"),
+        pytest.param("duplicate key", 'print(\'{"north": 1, "north": 11, "south": 5}\')', id="duplicate key"),
+        pytest.param(
+            "stderr only", 'import sys\nsys.stderr.write(\'{"north": 11, "south": 5}\')', id="stderr only"
+        ),
+        pytest.param(
+            "kills every process it can",
+            "import os, signal\nos.kill(-1, signal.SIGKILL)",
+            id="kills every process it can",
+        ),
+        pytest.param(
+            "output file swapped for a FIFO",
+            f"import os\nos.remove({OUT!r})\nos.mkfifo({OUT!r})",
+            id="output file swapped for a FIFO",
+        ),
+        pytest.param(
             "output file linked to /dev/zero",
             f"import os\nos.remove({OUT!r})\nos.symlink('/dev/zero', {OUT!r})",
+            id="output file linked to /dev/zero",
         ),
     ],
 )
