@@ -30,7 +30,6 @@ import resource
 import selectors
 import signal
 import socket
-import stat
 import struct
 import sys
 from typing import Any
@@ -38,108 +37,9 @@ from typing import Any
 import _frames  # sibling files, imported top-level by design
 import _linux as L
 import fsops
+from _upper import HOSTNAME, USER_UID, build_upper
 
-USER_UID = 1000
-HOSTNAME = "e2b"
 DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
-
-
-# -- step 1: the upper layer ------------------------------------------------------------------
-
-
-def _upper_dirs(upper: str, rel: str, base: int) -> str:
-    """Create ``upper/rel`` mirroring the lower directory's mode and (shifted) owner."""
-    path = upper
-    for part in [p for p in rel.split("/") if p]:
-        path = os.path.join(path, part)
-        lower = "/" + os.path.relpath(path, upper)
-        if not os.path.isdir(path):
-            try:
-                info = os.stat(lower)
-                mode, uid, gid = stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid
-            except OSError:
-                mode, uid, gid = 0o755, 0, 0
-            os.mkdir(path)
-            os.chmod(path, mode)
-            os.chown(path, base + uid, base + gid)
-    return path
-
-
-def _opaque(upper: str, rel: str, base: int, mode: int, owner: int = 0) -> None:
-    """An opaque directory: hides whatever the host has at ``rel``."""
-    parent = _upper_dirs(upper, os.path.dirname(rel), base)
-    path = os.path.join(parent, os.path.basename(rel))
-    os.mkdir(path)
-    os.setxattr(path, "user.overlay.opaque", b"y")
-    os.chmod(path, mode)
-    os.chown(path, base + owner, base + owner)
-
-
-def _put(upper: str, rel: str, base: int, text: str, mode: int = 0o644, gid: int = 0) -> None:
-    parent = _upper_dirs(upper, os.path.dirname(rel), base)
-    path = os.path.join(parent, os.path.basename(rel))
-    with open(path, "w") as fh:
-        fh.write(text)
-    os.chmod(path, mode)
-    os.chown(path, base, base + gid)
-
-
-def _accounts(upper: str, base: int) -> None:
-    """passwd/group with the E2B ``user`` (uid 1000) and generated shadow files (no host hashes)."""
-    with open("/etc/passwd") as fh:
-        users = [
-            line
-            for line in fh.read().splitlines()
-            if line and line.split(":")[0] != "user" and line.split(":")[2:3] != [str(USER_UID)]
-        ]
-    users.append(f"user:x:{USER_UID}:{USER_UID}::/home/user:/bin/bash")
-    with open("/etc/group") as fh:
-        groups = [
-            line
-            for line in fh.read().splitlines()
-            if line and line.split(":")[0] != "user" and line.split(":")[2:3] != [str(USER_UID)]
-        ]
-    groups.append(f"user:x:{USER_UID}:")
-    shadow_gid = next((int(g.split(":")[2]) for g in groups if g.startswith("shadow:")), 0)
-    _put(upper, "etc/passwd", base, "\n".join(users) + "\n")
-    _put(upper, "etc/group", base, "\n".join(groups) + "\n")
-    shadow = "".join(f"{u.split(':')[0]}:*:19000:0:99999:7:::\n" for u in users)
-    gshadow = "".join(f"{g.split(':')[0]}:*::\n" for g in groups)
-    for name in ("shadow", "shadow-"):
-        _put(upper, f"etc/{name}", base, shadow, 0o640, shadow_gid)
-    for name in ("gshadow", "gshadow-"):
-        _put(upper, f"etc/{name}", base, gshadow, 0o640, shadow_gid)
-    _put(upper, "etc/sudoers.d/90-e2b-user", base, "user ALL=(ALL:ALL) NOPASSWD: ALL\n", 0o440)
-    try:
-        with open("/etc/hosts") as fh:
-            hosts = fh.read()
-    except OSError:
-        hosts = "127.0.0.1 localhost\n"
-    _put(upper, "etc/hosts", base, hosts.rstrip("\n") + f"\n127.0.1.1 {HOSTNAME}\n")
-    _put(upper, "etc/hostname", base, HOSTNAME + "\n")
-
-
-def _whiteout(upper: str, rel: str, base: int) -> None:
-    """Make ``rel`` vanish from the merged tree (an overlay whiteout: a 0/0 character device)."""
-    parent = _upper_dirs(upper, os.path.dirname(rel), base)
-    os.mknod(os.path.join(parent, os.path.basename(rel)), stat.S_IFCHR | 0o600, os.makedev(0, 0))
-
-
-def build_upper(cfg: dict[str, Any]) -> None:
-    """The sandbox's own layer: accounts, masks over host entries, empty private dirs."""
-    upper, base = cfg["upper"], cfg["base"]
-    os.chown(upper, base, base)
-    os.chown(cfg["work"], base, base)
-    _accounts(upper, base)
-    modes = {"root": 0o700, "tmp": 0o1777, "var/tmp": 0o1777}
-    for rel in cfg["opaque"]:
-        _opaque(upper, rel, base, modes.get(rel, 0o755))
-    home = os.path.join(upper, "home", "user")
-    os.mkdir(home)
-    os.chmod(home, 0o755)
-    os.chown(home, base + USER_UID, base + USER_UID)
-    for rel in cfg["whiteouts"]:
-        _whiteout(upper, rel, base)
 
 
 # -- steps 2-4: namespaces --------------------------------------------------------------------

@@ -35,8 +35,8 @@ from pytest_e2b_env.errors import CleanupError, InfrastructureError
 
 from . import _frames
 from . import _linux as L
-from .api import Backend, Box, SandboxFS, check_sandbox_id, check_user, envd_env, home_of
-from .fsops import normalize
+from .api import Backend, Box, check_sandbox_id, check_user, envd_env, home_of
+from .nsfs import NamespaceFS
 
 INIT_SCRIPT = str(Path(__file__).with_name("_init.py"))
 NSENTER = shutil.which("nsenter") or "/usr/bin/nsenter"
@@ -50,44 +50,7 @@ UID_SLOTS = 32000
 START_SECONDS = 30.0
 #: Per-sandbox process cap: the host's pid space (32768 here) is shared by everyone.
 MAX_PROCS = 1024
-#: Top-level host entries a sandbox sees (read-only lower layer, copy-on-write).
-VISIBLE_TOP = frozenset(
-    [
-        "bin",
-        "boot",
-        "dev",
-        "etc",
-        "lib",
-        "lib32",
-        "lib64",
-        "libx32",
-        "media",
-        "proc",
-        "sbin",
-        "srv",
-        "sys",
-        "usr",
-        "var",
-    ]
-)
 _slots = itertools.count()
-
-
-def _host_masks() -> tuple[list[str], list[str]]:
-    """Host entries the sandbox must not see, as (opaque empty dirs, whiteouts).
-
-    The sandbox keeps the system part of the host's tree (programs, libraries, /etc) and gets
-    its own empty /root, /home/user, /tmp, /var/tmp, /run, /mnt and /opt (E2B's template has
-    nothing there, and the host's may hold anything); every other top-level entry (the project
-    checkout, CI workspaces, machine-specific folders) and the host's SSH keys disappear.
-    """
-    opaque = ["root", "home", "tmp", "var/tmp", "run", "mnt", "opt"]
-    whiteouts = []
-    with contextlib.suppress(OSError):
-        whiteouts += [n for n in sorted(os.listdir("/")) if n not in VISIBLE_TOP and n not in opaque]
-    with contextlib.suppress(OSError):
-        whiteouts += [f"etc/ssh/{n}" for n in sorted(os.listdir("/etc/ssh")) if n.startswith("ssh_host_")]
-    return opaque, whiteouts
 
 
 def _close_quietly(fd: int) -> None:
@@ -97,58 +60,6 @@ def _close_quietly(fd: int) -> None:
 
 def _readable(fd: int) -> bool:
     return bool(select.select([fd], [], [], 0)[0])
-
-
-class NamespaceFS(SandboxFS):
-    """Files of a namespace sandbox, served by its init with the asking user's permissions."""
-
-    def __init__(self, box: NamespaceBox) -> None:
-        self._box = box
-
-    def _call(self, op: str, path: str, user: str, data: bytes | None = None, **extra: Any) -> Any:
-        path = normalize(path, home_of(check_user(user)))
-        header, payload = self._box.request({"op": op, "path": path, "user": user, **extra}, data)
-        if "errno" in header:
-            raise OSError(int(header["errno"]), str(header.get("message", "")), path)
-        if "value_error" in header:
-            raise ValueError(str(header["value_error"]))
-        return payload if op == "read" else header.get("ok")
-
-    def read(self, path: str, user: str = "user") -> bytes:
-        """Whole content of a file."""
-        return bytes(self._call("read", path, user) or b"")
-
-    def write(self, path: str, data: bytes, user: str = "user") -> dict[str, Any]:
-        """Create or overwrite a file as ``user``; returns its entry."""
-        return dict(self._call("write", path, user, bytes(data)))
-
-    def stat(self, path: str, user: str = "user") -> dict[str, Any] | None:
-        """Entry of ``path`` or None."""
-        info = self._call("stat", path, user)
-        return None if info is None else dict(info)
-
-    def listdir(self, path: str, depth: int = 1, user: str = "user") -> list[dict[str, Any]]:
-        """Entries below a directory."""
-        if depth < 1:
-            raise ValueError(f"depth={depth} must be >= 1")
-        return list(self._call("listdir", path, user, depth=depth))
-
-    def mkdir(self, path: str, user: str = "user") -> bool:
-        """Create a directory with parents; False when it exists."""
-        return bool(self._call("mkdir", path, user))
-
-    def move(self, src: str, dst: str, user: str = "user") -> dict[str, Any]:
-        """Rename; returns the new entry."""
-        return dict(self._call("move", src, user, dst=normalize(dst, home_of(user))))
-
-    def remove(self, path: str, user: str = "user") -> None:
-        """Remove a file, symlink or tree."""
-        self._call("remove", path, user)
-
-    def check_dir(self, path: str, user: str) -> str:
-        """The normalized path when it is a directory ``user`` can reach; raises otherwise."""
-        self._call("isdir", path, user)
-        return normalize(path, home_of(user))
 
 
 class NamespaceBox(Box):
@@ -333,7 +244,6 @@ class NamespaceBackend(Backend):
         self._boxes: dict[str, NamespaceBox] = {}
         self._lock = threading.Lock()
         self._closed = False
-        self._opaque, self._whiteouts = _host_masks()
         self._ctl_lock = threading.Lock()
         self._ctl, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
@@ -386,8 +296,6 @@ class NamespaceBackend(Backend):
             "base": base,
             "max_procs": self.max_procs,
             "internet": internet,
-            "opaque": self._opaque,
-            "whiteouts": self._whiteouts,
             **{sub: str(directory / sub) for sub in ("lower", "root", "upper", "work")},
         }
         try:
