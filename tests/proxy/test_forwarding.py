@@ -151,3 +151,19 @@ async def test_concurrent_streams_stay_apart(proxy: FaultProxy, sdk: Any) -> Non
     finally:
         for sandbox in sandboxes:
             await sandbox.kill()
+
+
+async def test_reconnect_to_a_running_command(proxy: FaultProxy, sdk: Any) -> None:
+    """commands.connect (a second server stream on a live process) works through the proxy."""
+    sandbox = await sdk.AsyncSandbox.create(timeout=120, metadata=RUN)
+    try:
+        handle = await sandbox.commands.run(
+            "while [ ! -f go-signal ]; do sleep 0.05; done; echo finished", background=True, timeout=60
+        )
+        await handle.disconnect()
+        again = await sandbox.commands.connect(handle.pid, timeout=60)
+        await sandbox.files.write("go-signal", "1")
+        result = await again.wait()
+        assert (result.exit_code, result.stdout) == (0, "finished\n")
+    finally:
+        await sandbox.kill()
