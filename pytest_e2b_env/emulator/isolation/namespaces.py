@@ -280,7 +280,7 @@ class NamespaceBackend(Backend):
     def start(
         self, sandbox_id: str, internet: bool = True, envs: dict[str, str] | None = None
     ) -> NamespaceBox:
-        """Build the sandbox (one helper process, ~tens of ms) and return its box."""
+        """Build the sandbox (one fork of the zygote, tens of ms); the box is ready to run commands."""
         if self._closed:
             raise RuntimeError("the isolation backend is closed")
         directory = self.root / check_sandbox_id(sandbox_id)
@@ -309,7 +309,10 @@ class NamespaceBackend(Backend):
             finally:
                 child.close()
             parent.settimeout(START_SECONDS)
-            reply = _frames.recv(parent)
+            try:
+                reply = _frames.recv(parent)
+            except (OSError, ValueError) as exc:  # TimeoutError included
+                raise InfrastructureError(f"sandbox {sandbox_id} could not start: {exc!r}") from None
             if reply is None or "error" in reply[0]:
                 why = reply[0]["error"] if reply else "the builder exited without a word"
                 raise InfrastructureError(f"sandbox {sandbox_id} could not start: {why}")
