@@ -101,6 +101,16 @@ def group_runs(
     return result
 
 
+def describe_stale_runs(runs: Iterable[Mapping[str, Any]], live: bool = False) -> list[str]:
+    """One line per stale run, with the command that removes it (for a session header or the CLI)."""
+    flag = " --live" if live else ""
+    return [
+        f"stale run {run['run_id']}: {run['count']} sandbox(es) alive, oldest started "
+        f"{run['age_seconds']:.0f} s ago; remove with: pytest-e2b-env reap{flag} --run-id {run['run_id']}"
+        for run in runs
+    ]
+
+
 def _kill_and_confirm(
     sandbox_id: str, opts: dict[str, Any], confirm_seconds: float
 ) -> tuple[str, bool, str | None]:
@@ -226,12 +236,9 @@ def main(argv: Sequence[str]) -> int:
     try:
         if args.list:
             runs = find_stale_runs(opts)
-            if args.json:
-                print(json.dumps(runs, indent=2))
-            for run in [] if args.json else runs:
-                print(
-                    f"run {run['run_id']}: {run['count']} sandbox(es), oldest {run['age_seconds']:.0f} s old"
-                )
+            print(
+                json.dumps(runs, indent=2) if args.json else "\n".join(describe_stale_runs(runs, args.live))
+            )
             return 0
         result = reap(args.run_id, args.older_than, sdk_opts=opts)
     except Exception as exc:  # the SDK's own exception names the cause (auth, unreachable...)

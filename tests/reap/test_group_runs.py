@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_e2b_env.reap import group_runs
+from pytest_e2b_env.reap import describe_stale_runs, group_runs
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 rows = st.lists(
@@ -48,3 +48,12 @@ def test_naive_start_times_are_utc() -> None:
     """A start time without a zone is read as UTC, not local time."""
     (group,) = group_runs([("r", "i1", datetime(2026, 11, 29, 11, 0))], NOW)
     assert group["age_seconds"] == 3600.0
+
+
+def test_describe_stale_runs_names_the_fix() -> None:
+    """Each stale run becomes one line ending in the reap command that removes it."""
+    runs = group_runs([("run-x", "i1", NOW - timedelta(seconds=90)), ("run-x", "i2", NOW)], NOW)
+    assert describe_stale_runs(runs, live=True) == [
+        "stale run run-x: 2 sandbox(es) alive, oldest started 90 s ago; "
+        "remove with: pytest-e2b-env reap --live --run-id run-x"
+    ]
