@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import threading
 import time
 import uuid
 
@@ -34,6 +35,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--steps", type=int, default=5, help="terminal steps timed per episode")
+    parser.add_argument(
+        "--parallel", type=int, default=1, help="episodes in flight at once (one client each)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     args = parser.parse_args()
     samples: dict[str, list[float]] = {"reset": [], "step": [], "submit": []}
@@ -46,27 +50,45 @@ def main() -> int:
             env_vars["E2B_SANDBOX_URL"],
             run_id=f"bench-{uuid.uuid4().hex[:8]}",
         )
-        with LoopbackServer(create_app(target=target, max_sessions=2)) as srv:
-            env = ReportEpisode(srv.url)
+        with LoopbackServer(create_app(target=target, max_sessions=args.parallel + 1)) as srv:
             row = task_row("weekly-sales")
             repair = load_repair("weekly-sales")
-            env.reset(**row)  # warm-up: first namespace creation, first connection
-            env.get_reward()
-            for _ in range(args.episodes):
-                t0 = time.perf_counter()
-                env.reset(**row)
-                samples["reset"].append(time.perf_counter() - t0)
-                for _ in range(args.steps):
+            lock = threading.Lock()
+
+            def lane(episodes: int) -> None:
+                env = ReportEpisode(srv.url)
+                env.reset(**row)  # warm-up: first sandbox of the lane, first connection
+                env.get_reward()
+                for _ in range(episodes):
                     t0 = time.perf_counter()
-                    env.terminal("cat report.py")
-                    samples["step"].append(time.perf_counter() - t0)
-                for command in repair[2:]:
-                    env.terminal(command)
-                t0 = time.perf_counter()
-                env.submit()
-                samples["submit"].append(time.perf_counter() - t0)
-                rewards.append(env.get_reward())
-            env._close()
+                    env.reset(**row)
+                    took = {"reset": [time.perf_counter() - t0], "step": [], "submit": []}
+                    for _ in range(args.steps):
+                        t0 = time.perf_counter()
+                        env.terminal("cat report.py")
+                        took["step"].append(time.perf_counter() - t0)
+                    for command in repair[2:]:
+                        env.terminal(command)
+                    t0 = time.perf_counter()
+                    env.submit()
+                    took["submit"].append(time.perf_counter() - t0)
+                    reward = env.get_reward()
+                    with lock:
+                        for name, values in took.items():
+                            samples[name] += values
+                        rewards.append(reward)
+                env._close()
+
+            lanes = [
+                threading.Thread(target=lane, args=(args.episodes // args.parallel,))
+                for _ in range(args.parallel)
+            ]
+            started = time.perf_counter()
+            for thread in lanes:
+                thread.start()
+            for thread in lanes:
+                thread.join()
+            wall = time.perf_counter() - started
         isolation = emu.isolation
     figures = {
         name: {
@@ -78,9 +100,18 @@ def main() -> int:
         for name, values in samples.items()
     }
     if args.json:
-        print(json.dumps({"isolation": isolation, "rewards_ok": set(rewards) == {1.0}, "figures": figures}))
+        out = {
+            "isolation": isolation,
+            "parallel": args.parallel,
+            "wall_s": round(wall, 3),
+            "figures": figures,
+        }
+        print(json.dumps({**out, "rewards_ok": set(rewards) == {1.0}}))
         return 0
-    print(f"episode latencies on the emulator ({isolation} isolation), {args.episodes} episodes")
+    print(
+        f"episode latencies on the emulator ({isolation} isolation), {len(rewards)} episodes, "
+        f"{args.parallel} in parallel, {wall:.1f} s wall"
+    )
     print(f"{'operation':<10}{'n':>5}{'p50':>10}{'p95':>10}{'target':>10}")
     for name, fig in figures.items():
         row_text = f"{name:<10}{fig['n']:>5}{fig['p50_s'] * 1000:>8.1f}ms{fig['p95_s'] * 1000:>8.1f}ms"

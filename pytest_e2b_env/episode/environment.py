@@ -123,8 +123,8 @@ class RepairEnvironment(Submission, MCPEnvironment):
             self._state = EpisodeState(episode_id=episode_id or uuid.uuid4().hex)
             previous, self._ep = self._ep, None
             if previous is not None:
-                try:
-                    self._release(previous)
+                try:  # an episode that passed its reward boundary was swept there; any other is now
+                    self._release(previous, sweep_episode=not previous.swept)
                 except Exception as exc:
                     previous.fail(Fatal.of(exc, "releasing the previous episode"))
                     self._ep = previous  # its ids stay owned; the next reset or finish retries them
@@ -286,6 +286,7 @@ class RepairEnvironment(Submission, MCPEnvironment):
                     ep.fail(Fatal.of(exc, "health check"))
         try:
             self._release(ep, sweep_episode=True)
+            ep.swept = True
         except Exception as exc:  # cleanup and the sweep's listing alike: never a score
             if ep.fatal is None:
                 ep.fail(Fatal.of(exc, "cleanup"))

@@ -57,6 +57,7 @@ class Episode:
     committed_after_cleanup: bool | None = None
     fatal: Fatal | None = None
     notes: list[str] = field(default_factory=list)
+    swept: bool = False  # released and swept at the reward boundary
 
     def own(self, sandbox_id: str, role: str) -> None:
         """Record a sandbox the moment its id is known, before anything else can fail."""
