@@ -100,14 +100,7 @@ def _tiny_model(settings: TrainSettings, subject: Any, record: RunRecord, say: C
     return str(out)
 
 
-def _finish(
-    settings: TrainSettings,
-    record: RunRecord,
-    subject: Any,
-    target: Target | None,
-    emulator: Any,
-    say: Progress,
-) -> None:
+def _finish(record: RunRecord, subject: Any, target: Target | None, say: Progress) -> None:
     """Close everything; every failure here is a cleanup failure of the run."""
     from pytest_e2b_env.training.subjects import check_no_leaks
 
@@ -139,21 +132,37 @@ def _finish(
         say("[cleanup] subject closed, no sandbox of the run left alive")
 
 
+def _stop_emulator(record: RunRecord, emulator: Any, say: Progress) -> tuple[Any, Any]:
+    """Read the emulator's ledger and live sandboxes, then stop it; return (ledger, summary)."""
+    from pytest_e2b_env.training.evidence import sandbox_summary
+
+    ledger = sandboxes = None
+    try:
+        ledger = emulator.ledger()
+        alive = [s["sandbox_id"] for s in emulator.sandboxes()]
+        sandboxes = sandbox_summary(ledger, alive)
+        record.target["sandboxes"] = {k: sandboxes[k] for k in ("created", "ops", "alive_at_end")}
+    except Exception as exc:
+        record.warnings.append(f"could not read the emulator ledger: {type(exc).__name__}: {exc}")
+    try:
+        emulator.stop()
+    except Exception as exc:  # it kills every sandbox on the way out; failing that is a cleanup failure
+        record.fail(exc)
+        record.cleanup.setdefault("errors", []).append(f"emulator stop: {type(exc).__name__}: {exc}")
+        say(f"[cleanup] FAILED to stop the emulator: {type(exc).__name__}: {exc}")
+    return ledger, sandboxes
+
+
 def _write_outputs(
-    settings: TrainSettings, record: RunRecord, say: Progress, emulator: Any, secrets: list[str]
+    settings: TrainSettings, record: RunRecord, say: Progress, ledger: Any, sandboxes: Any, secrets: list[str]
 ) -> None:
-    from pytest_e2b_env.training.evidence import sandbox_summary, write_bundle
+    from pytest_e2b_env.training.evidence import write_bundle
 
     out = Path(settings.output_dir)
-    ledger = sandboxes = None
-    if emulator is not None:
-        try:
-            ledger = emulator.ledger()
-            alive = [s["sandbox_id"] for s in emulator.sandboxes()]
-            sandboxes = sandbox_summary(ledger, alive)
-            record.target["sandboxes"] = {k: sandboxes[k] for k in ("created", "ops", "alive_at_end")}
-        except Exception as exc:
-            record.warnings.append(f"could not read the emulator ledger: {type(exc).__name__}: {exc}")
+    if record.status == "ok":
+        before = (record.before or {}).get("eval_reward")
+        after = (record.after or {}).get("eval_reward")
+        say(f"done: held-out reward before {before} after {after}")
     path = record.write(out / "metrics.json")
     say(f"metrics: {path}")
     try:
@@ -225,25 +234,15 @@ def run(settings: TrainSettings) -> int:
                 if not isinstance(exc, Exception):
                     raise
             finally:
-                _finish(settings, record, subject, target, emulator, say)
+                _finish(record, subject, target, say)
     except BaseException as exc:
         record.fail(exc)
         if not isinstance(exc, Exception | KeyboardInterrupt):
             raise
     finally:
-        if emulator is not None:
-            try:
-                _write_outputs(settings, record, say, emulator, secrets)
-            finally:
-                emulator.stop()
-        else:
-            _write_outputs(settings, record, say, None, secrets)
-    if record.status == "ok":
-        before = (record.before or {}).get("eval_reward")
-        after = (record.after or {}).get("eval_reward")
-        say(f"done: held-out reward before {before} after {after}")
-        return 0
-    return 1
+        ledger, sandboxes = _stop_emulator(record, emulator, say) if emulator is not None else (None, None)
+        _write_outputs(settings, record, say, ledger, sandboxes, secrets)
+    return 0 if record.status == "ok" else 1
 
 
 def main(argv: list[str] | None = None) -> int:

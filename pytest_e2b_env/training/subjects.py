@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,11 +55,20 @@ def live_sandboxes(target: Target) -> list[str]:
     return found
 
 
-def check_no_leaks(target: Target) -> dict[str, Any]:
-    """Confirm no sandbox of the run is alive; kill and raise :class:`CleanupError` if one is."""
+def check_no_leaks(target: Target, attempts: int = 3, pause: float = 1.0) -> dict[str, Any]:
+    """Confirm no sandbox of the run is alive; kill and raise :class:`CleanupError` if one is.
+
+    Live E2B may list a just-killed sandbox for a moment, so a non-empty listing is re-read
+    (``attempts`` times, ``pause`` seconds apart) before anything counts as a leak.
+    """
     import e2b
 
     alive = live_sandboxes(target)
+    for _ in range(attempts - 1):
+        if not alive:
+            break
+        time.sleep(pause)
+        alive = live_sandboxes(target)
     if not alive:
         return {"leaked": []}
     unresolved = []

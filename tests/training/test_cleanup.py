@@ -56,7 +56,7 @@ def test_leftover_sandbox_of_the_run_is_killed_and_fails_cleanup(emu: Emulator) 
     """A sandbox still tagged with the run after close raises CleanupError naming it, and is killed."""
     left = e2b.Sandbox.create(metadata={RUN_KEY: "train-leaky"}, **emu.sdk_opts())
     with pytest.raises(CleanupError) as caught:
-        check_no_leaks(_target(emu, "train-leaky"))
+        check_no_leaks(_target(emu, "train-leaky"), pause=0.1)
     assert caught.value.ids == (left.sandbox_id,)
     assert "still alive after the subject closed" in str(caught.value)
     assert left.sandbox_id not in [s["sandbox_id"] for s in emu.sandboxes()]

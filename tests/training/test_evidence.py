@@ -98,7 +98,7 @@ def test_cleanup_failure_fails_the_run_and_is_written(tmp_path: Path) -> None:
     record = RunRecord(mode="reward", settings=settings.as_dict(), run_id="train-test-cleanup")
     record.status = "ok"
     say = Progress()
-    _finish(settings, record, _SubjectWhoseCloseFails(), None, None, say)
+    _finish(record, _SubjectWhoseCloseFails(), None, say)
     assert record.status == "failed"
     assert record.error is not None
     assert record.error["type"] == "CleanupError"
