@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -473,3 +474,25 @@ def test_a_forked_copy_of_the_owner_does_not_keep_sandboxes_alive(backend: Backe
     os.close(read_end)
     os.waitpid(pid, 0)
     assert answer == b"dropped"
+
+
+def test_checkout_below_a_system_place_is_hidden(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An emulator started from a checkout under a visible system place (/srv/x) still hides that checkout."""
+    project = Path("/srv") / f"e2b-checkout-{uuid.uuid4().hex[:8]}"
+    project.mkdir()
+    (project / "expected.json").write_text('{"answer": 42}')
+    monkeypatch.chdir(project)
+    try:
+        owner = select_backend(root=BASE_DIR / f"{os.getpid()}-srv", force="namespaces")
+    except EmulatorError as exc:
+        shutil.rmtree(project)
+        pytest.skip(str(exc))
+    try:
+        box = owner.start(f"n{uuid.uuid4().hex[:12]}", internet=False, envs={})
+        code, out, _ = sh(box, f"cat {project}/expected.json; ls /srv", "root")
+        assert code == 0
+        assert "42" not in out
+        assert project.name not in out
+    finally:
+        owner.close()
+        shutil.rmtree(project)

@@ -23,13 +23,14 @@ VISIBLE_TOP = frozenset(_SYSTEM.split(" "))
 OPAQUE = ("root", "home", "tmp", "var/tmp", "run", "mnt", "opt")
 
 
-def host_masks() -> tuple[list[str], list[str]]:
+def host_masks(private: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
     """Host entries the sandbox must not see, as (opaque empty dirs, whiteouts).
 
     The sandbox keeps the system part of the host's tree (programs, libraries, /etc) and gets
     its own empty /root, /home/user, /tmp, /var/tmp, /run, /mnt and /opt (E2B's template has
     nothing there, and the host's may hold anything); every other top-level entry (the project
-    checkout, CI workspaces, machine-specific folders) and the host's SSH keys disappear.
+    checkout, CI workspaces, machine-specific folders), ``private`` paths below system places
+    and the host's SSH keys disappear.
     """
     opaque = list(OPAQUE)
     whiteouts: list[str] = []
@@ -37,6 +38,12 @@ def host_masks() -> tuple[list[str], list[str]]:
         whiteouts += [n for n in sorted(os.listdir("/")) if n not in VISIBLE_TOP and n not in opaque]
     with contextlib.suppress(OSError):
         whiteouts += [f"etc/ssh/{n}" for n in sorted(os.listdir("/etc/ssh")) if n.startswith("ssh_host_")]
+    for path in private:
+        # The emulator's checkout or package when it lives below a system place (/srv/x,
+        # /var/lib/x...); a whole system directory is never hidden.
+        rel = os.path.normpath(path).strip("/")
+        if rel.count("/") >= 1 and rel.split("/")[0] in VISIBLE_TOP and os.path.lexists("/" + rel):
+            whiteouts.append(rel)
     return opaque, whiteouts
 
 
@@ -125,7 +132,7 @@ def build_upper(cfg: dict[str, Any]) -> None:
     os.chown(cfg["work"], base, base)
     _accounts(upper, base)
     modes = {"root": 0o700, "tmp": 0o1777, "var/tmp": 0o1777}
-    opaque, whiteouts = host_masks()
+    opaque, whiteouts = host_masks(tuple(cfg.get("private", ())))
     for rel in opaque:
         _opaque(upper, rel, base, modes.get(rel, 0o755))
     home = os.path.join(upper, "home", "user")

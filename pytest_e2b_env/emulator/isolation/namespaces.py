@@ -53,6 +53,15 @@ MAX_PROCS = 1024
 _slots = itertools.count()
 
 
+def _private_paths() -> list[str]:
+    """Host paths that may hold trusted data: the emulator's cwd, this package, its checkout."""
+    package = Path(__file__).resolve().parents[2]
+    paths = {os.getcwd(), str(package)}
+    if (package.parent / "pyproject.toml").exists():
+        paths.add(str(package.parent))
+    return sorted(paths)
+
+
 def _close_quietly(fd: int) -> None:
     with contextlib.suppress(OSError):
         os.close(fd)
@@ -241,6 +250,7 @@ class NamespaceBackend(Backend):
 
         os.register_at_fork(after_in_child=drop_lifeline)
         self.host_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        self._private = _private_paths()
         self._boxes: dict[str, NamespaceBox] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -295,6 +305,7 @@ class NamespaceBackend(Backend):
         cfg = {
             "base": base,
             "max_procs": self.max_procs,
+            "private": self._private,
             "internet": internet,
             **{sub: str(directory / sub) for sub in ("lower", "root", "upper", "work")},
         }
