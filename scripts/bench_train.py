@@ -1,6 +1,7 @@
 """Benchmark ``train.py --tiny --offline`` in both modes: wall time, peak RSS, reward-stage share.
 
     .venv/bin/python scripts/bench_train.py [--repeat N] [--max-steps N] [--mode reward|episode|both]
+                                        [--num-generations N]
 
 Each run is a fresh subprocess (imports included, as a user pays them). Figures come from the
 run's own ``metrics.json`` (peak RSS of the training process, per-step timing) plus the wall
@@ -23,10 +24,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_once(mode: str, max_steps: int, out: Path) -> dict[str, float | int | str]:
+def run_once(mode: str, max_steps: int, generations: int, out: Path) -> dict[str, float | int | str]:
     env = {k: v for k, v in os.environ.items() if k != "E2B_API_KEY"}
     cmd = [sys.executable, "train.py", "--tiny", "--offline", "--cpu", "--mode", mode]
-    cmd += ["--max-steps", str(max_steps), "--create-interval", "0", "--output-dir", str(out)]
+    cmd += ["--max-steps", str(max_steps), "--num-generations", str(generations)]
+    cmd += ["--create-interval", "0", "--output-dir", str(out)]
     started = time.perf_counter()
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200, check=False)
     wall = time.perf_counter() - started
@@ -37,6 +39,7 @@ def run_once(mode: str, max_steps: int, out: Path) -> dict[str, float | int | st
     steps = metrics["steps"]
     return {
         "mode": mode,
+        "generations": generations,
         "wall_s": round(wall, 1),
         "peak_rss_mb": metrics["timing"]["peak_rss_mb"],
         "step_s_mean": round(statistics.mean(s["seconds"] for s in steps), 3),
@@ -52,6 +55,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--max-steps", type=int, default=2)
     parser.add_argument("--mode", choices=("reward", "episode", "both"), default="both")
+    parser.add_argument("--num-generations", type=int, default=2)
     args = parser.parse_args()
     modes = ("reward", "episode") if args.mode == "both" else (args.mode,)
     print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
@@ -59,7 +63,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
         for mode in modes:
             for i in range(args.repeat):
-                row = run_once(mode, args.max_steps, Path(tmp) / f"{mode}-{i}")
+                row = run_once(mode, args.max_steps, args.num_generations, Path(tmp) / f"{mode}-{i}")
                 results.append(row)
                 print(json.dumps(row), flush=True)
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
