@@ -255,7 +255,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except SystemExit as exc:  # argparse already printed usage and the error naming the value
         return exc.code if isinstance(exc.code, int) else 2
+    if not settings.cpu and not _cuda_available():
+        # Before the emulator, the preflight and the model: a GPU run on a CPU box fails at once.
+        print(f"{PROG}: error: no CUDA GPU is visible; pass --cpu for a (slow) CPU run", file=sys.stderr)
+        return 2
     return run(settings)
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
 
 
 if __name__ == "__main__":

@@ -65,6 +65,20 @@ def test_log_completions_is_refused_in_episode_mode(capsys: pytest.CaptureFixtur
     assert "--log-completions works with --mode reward only" in capsys.readouterr().err
 
 
+def test_gpu_run_without_a_gpu_fails_at_once(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Without --cpu on a machine with no CUDA GPU, train.py exits 2 naming --cpu, before any work."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
+    assert main(["--tiny", "--offline", "--output-dir", str(tmp_path / "out")]) == 2
+    assert (
+        capsys.readouterr().err
+        == "train.py: error: no CUDA GPU is visible; pass --cpu for a (slow) CPU run\n"
+    )
+    assert not (tmp_path / "out").exists()
+
+
 def test_help_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
     """--help prints usage and returns 0."""
     assert main(["--help"]) == 0
