@@ -73,7 +73,7 @@ def main(argv: list[str]) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse already printed the one-line reason
         return int(exc.code or 0)
-    from pytest_e2b_env.emulator.server import bind, load_backend, new_api_key, serve
+    from pytest_e2b_env.emulator.listen import bind, new_api_key
 
     try:
         sock = bind(args.host, args.port)
@@ -82,6 +82,11 @@ def main(argv: list[str]) -> int:
         return 2
     if args.die_with_parent:
         _die_with_parent()
+    from pytest_e2b_env.emulator import envd_stubs
+
+    envd_stubs.load()  # before the server imports them: skips ~2 s of SDK import
+    from pytest_e2b_env.emulator.server import load_backend, serve
+
     backend = load_backend(None if args.isolation == "auto" else args.isolation)
     serve(sock, backend, os.environ.get("PYTEST_E2B_ENV_EMULATOR_KEY") or new_api_key())
     return 0

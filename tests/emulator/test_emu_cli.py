@@ -17,6 +17,7 @@ from e2b import Sandbox
 from emu_helpers import eventually, host_pids_with
 
 from pytest_e2b_env.emulator import Emulator
+from pytest_e2b_env.errors import EmulatorError
 
 CLI = [sys.executable, "-m", "pytest_e2b_env.cli", "emulator"]
 
@@ -175,3 +176,13 @@ def test_sigkill_of_the_emulator_leaves_no_sandbox_process(served: _Served) -> N
     served.proc.kill()
     served.proc.wait(timeout=10)
     eventually(lambda: host_pids_with(marker) == [], what="no sandbox process left")
+
+
+def test_emulator_on_a_busy_port_raises_emulator_error() -> None:
+    """Emulator(port=<taken>) raises EmulatorError carrying the server's one-line reason."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        with pytest.raises(EmulatorError, match=f"port {port} on 127.0.0.1 is in use"):
+            Emulator(port=port).start()
