@@ -2,8 +2,9 @@
 
 TRL exposes every public method except ``reset`` and ``get_reward`` as a model tool, so the public
 methods are exactly ``reset``, ``terminal``, ``submit`` and ``get_reward``; everything else is
-private. Construction allocates nothing; the first ``reset`` connects (one OpenEnv WebSocket
-session per instance, reused across episodes, since TRL never calls ``close``).
+private. Construction allocates nothing; ``reset`` connects (one OpenEnv WebSocket session per
+episode) and ``get_reward`` disconnects once every sandbox is confirmed gone, because TRL keeps
+every instance and never calls ``close``.
 """
 
 from __future__ import annotations
@@ -147,6 +148,11 @@ class ReportEpisode:
             return float(self._reward)
         finally:
             self._closed = True
+            if not self.receipt.get("owned"):
+                # One server session per episode: an idle instance (TRL keeps them all, and never
+                # calls close) holds no slot. A session whose sandboxes could not be confirmed gone
+                # stays open so the next get_reward or reset retries them.
+                self._drop_client()
 
     # ------------------------------------------------------------------ internals
 
