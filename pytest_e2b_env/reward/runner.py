@@ -246,29 +246,51 @@ def run_case(spec: dict, code_path: str, stdin_data: bytes) -> dict:
     chunks: list[bytes] = []
     size = 0
     truncated = False
+    status_raw = b""
+    status_done = False
     # The deadline is A's job; this bound only protects the runner from a wedged A.
     give_up = time.monotonic() + SETUP_SECONDS + spec["case_seconds"] + 5
-    while True:
+    reading = True
+    while reading or not status_done:
         remaining = give_up - time.monotonic()
-        ready, _, _ = select.select([out_r], [], [], max(remaining, 0.0))
+        watch = ([out_r] if reading else []) + ([] if status_done else [st_r])
+        ready, _, _ = select.select(watch, [], [], max(remaining, 0.0))
         if not ready:
             os.kill(pid, signal.SIGKILL)
             break
-        chunk = os.read(out_r, 65536)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > cap:
-            truncated = True  # keep cap+1 bytes: enough to prove the overflow
-            break
-    os.close(out_r)  # a writer past the cap now gets EPIPE / SIGPIPE
-    status_raw = b""
-    while True:
-        piece = os.read(st_r, 65536)
-        if not piece:
-            break
-        status_raw += piece
+        if st_r in ready:
+            piece = os.read(st_r, 65536)
+            status_raw += piece
+            status_done = not piece
+            if status_done and reading:
+                # B is reaped: whatever it wrote is in the pipe now. A writer that outlived it
+                # (only possible with a weakened pid namespace) must not hold us up.
+                os.set_blocking(out_r, False)
+                try:
+                    while size <= cap:
+                        chunk = os.read(out_r, 65536)
+                        if not chunk:
+                            break
+                        chunks.append(chunk)
+                        size += len(chunk)
+                except BlockingIOError:
+                    pass
+                truncated = size > cap
+                reading = False
+        if reading and out_r in ready:
+            chunk = os.read(out_r, 65536)
+            if not chunk:
+                reading = False
+            else:
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > cap:
+                    truncated = True  # keep cap+1 bytes: enough to prove the overflow
+                    reading = False
+                    os.close(out_r)  # the writer now gets EPIPE / SIGPIPE instead of blocking
+                    out_r = -1
+    if out_r >= 0:
+        os.close(out_r)
     os.close(st_r)
     os.waitpid(pid, 0)
     report = json.loads(status_raw.decode() or '{"setup_error": "supervisor died"}')
