@@ -52,6 +52,7 @@ PREDICATES: dict[str, str] = {
     "tools_exclude": "these names are not model tools (public methods)",
     "tools_allowed_only": "every model tool is one the task allows",
     "observations_contain": "some tool observation contains each of these substrings",
+    "observations_exclude": "no tool observation contains any of these substrings",
     "second_batch_rewards": "a second batch on the same reward function returned these scores",
     "second_batch_raises": "a second batch on the same reward function raised",
     "pool_cleanup": "leaving the subject's context left no sandbox of the case alive",
@@ -77,13 +78,18 @@ _EPISODE_ONLY = {
     "tools_exclude",
     "tools_allowed_only",
     "observations_contain",
+    "observations_exclude",
     "parallel_isolated",
     "reset_replaces",
 }
 
 
 class Fault(BaseModel):
-    """One wire fault rule, handed verbatim to the target's ``faults.add``."""
+    """One wire fault rule, handed to the target's ``faults.add``.
+
+    ``sandbox_nth`` defers the rule until the case's n-th sandbox is created, then pins it to
+    that sandbox (e.g. 2: an episode's verifier, created after its policy sandbox).
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -92,6 +98,11 @@ class Fault(BaseModel):
     times: int = 1
     contains: str | None = None
     after: int = 0
+    sandbox_nth: int | None = Field(default=None, ge=1)
+
+    def add_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``faults.add`` (``sandbox_nth`` is resolved by the runner)."""
+        return self.model_dump(exclude_none=True, exclude={"sandbox_nth"})
 
 
 class Completion(BaseModel):

@@ -13,7 +13,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,16 +79,35 @@ class SandboxWatcher:
     so its ``allow_internet_access`` is read while it is alive.
     """
 
-    def __init__(self, target: Target, period: float = 0.05) -> None:
+    def __init__(
+        self, target: Target, period: float = 0.02, mark: int = 0, deferred: Sequence[Any] = ()
+    ) -> None:
         self.target = target
         self.period = period
+        self.mark = mark
+        self.deferred = list(deferred)
         self.seen: dict[str, dict[str, Any]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="e2b-sandbox-watcher", daemon=True)
 
+    def _arm(self) -> None:
+        """Pin deferred faults to the n-th sandbox created in the case, once it exists."""
+        if not self.deferred:
+            return
+        created: list[str] = []
+        for e in self.target.ledger(since=self.mark):
+            sid = e.get("sandbox_id")
+            if e.get("op") == "create" and sid and sid not in created:
+                created.append(str(sid))
+        for fault in list(self.deferred):
+            if len(created) >= fault.sandbox_nth:
+                self.target.faults.add(sandbox=created[fault.sandbox_nth - 1], **fault.add_kwargs())
+                self.deferred.remove(fault)
+
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
+                self._arm()
                 for box in self.target.sandboxes():
                     sid = str(box.get("sandbox_id"))
                     if sid not in self.seen:
@@ -194,10 +213,14 @@ def run_case(
     factory = load_subject(subject, case.subject)
     target.faults.clear()
     mark = target.ledger_mark()
+    deferred = [f for f in case.faults if f.sandbox_nth is not None]
     for fault in case.faults:
-        target.faults.add(**fault.model_dump(exclude_none=True))
+        if fault.sandbox_nth is None:
+            target.faults.add(**fault.add_kwargs())
     obs: Observation
-    watcher = SandboxWatcher(target) if "verifier_offline" in case.expect else contextlib.nullcontext()
+    watcher: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    if "verifier_offline" in case.expect or deferred:
+        watcher = SandboxWatcher(target, mark=mark, deferred=deferred)
     with target.scoped_env(), watcher:
         try:
             if case.subject == "reward":
@@ -208,6 +231,7 @@ def run_case(
             obs = Observation(subject=case.subject, driver_error=exception_info(exc, secrets))
         finally:
             target.faults.clear()
+    target.faults.clear()  # again: the watcher may have pinned a deferred fault at the very end
     obs.ledger = target.ledger(since=mark)
     _create_info(target, obs)
     if isinstance(watcher, SandboxWatcher):

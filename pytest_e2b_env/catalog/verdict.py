@@ -199,16 +199,26 @@ def _tools_allowed_only(expected: Any, obs: Observation) -> tuple[bool, Any]:
     return (not extra) == bool(expected), {"tools": obs.tools, "not_allowed": extra}
 
 
-def _observations_contain(expected: Any, obs: Observation) -> tuple[bool, Any]:
-    text = "\n".join(
+def _observed_text(obs: Observation) -> str:
+    return "\n".join(
         (c.value if isinstance(c.value, str) else json.dumps(c.value, default=str))
         if c.returned
         else json.dumps(c.error)
         for c in obs.calls
         if c.name != "factory"
     )
+
+
+def _observations_contain(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    text = _observed_text(obs)
     missing = [needle for needle in expected if needle not in text]
     return not missing, {"missing": missing}
+
+
+def _observations_exclude(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    text = _observed_text(obs)
+    found = [needle for needle in expected if needle in text]
+    return not found, {"found": found}
 
 
 def _parallel_isolated(expected: Any, obs: Observation) -> tuple[bool, Any]:
@@ -248,6 +258,7 @@ JUDGES: dict[str, Judge] = {
     "tools_exclude": _tools_exclude,
     "tools_allowed_only": _tools_allowed_only,
     "observations_contain": _observations_contain,
+    "observations_exclude": _observations_exclude,
     "second_batch_rewards": _second_rewards,
     "second_batch_raises": _second_raises,
     "pool_cleanup": _pool_cleanup,
