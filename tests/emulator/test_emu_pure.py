@@ -120,3 +120,18 @@ def test_next_token_round_trips(started: str, sandbox_id: str) -> None:
     started = started.replace("|", "")
     assert _decode_token(_encode_token(started, sandbox_id).decode()) == (started, sandbox_id)
     assert _decode_token("garbage!") is None
+
+
+def test_envd_stubs_load_without_the_sdk() -> None:
+    """In a fresh process the envd stubs load without importing the SDK's top level (fast start)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from pytest_e2b_env.emulator import envd_stubs; light = envd_stubs.load(); "
+        "from e2b.envd.process import process_connect; print(light, 'e2b.sandbox' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split() == ["True", "False"]
