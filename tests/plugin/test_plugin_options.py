@@ -126,3 +126,21 @@ def test_no_catalog_without_subject(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x():\n    pass\n")
     result = pytester.runpytest("--collect-only", "-q")
     result.stdout.fnmatch_lines(["test_no_catalog_without_subject.py::test_x", "1 test collected*"])
+
+
+def test_loading_the_plugin_imports_nothing_heavy(pytester: pytest.Pytester) -> None:
+    """A plain pytest run with the plugin loaded never imports e2b, openenv, torch or trl."""
+    pytester.makeconftest(
+        """
+        import sys
+
+        def pytest_sessionfinish(session):
+            heavy = sorted(m for m in ("e2b", "openenv", "torch", "trl", "transformers") if m in sys.modules)
+            assert not heavy, heavy
+            print("HEAVY-CHECK-OK")
+        """
+    )
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess("-s")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*HEAVY-CHECK-OK*"])

@@ -121,3 +121,22 @@ def test_xdist_writes_exactly_one_complete_bundle(project: pytest.Pytester) -> N
     assert sorted(c["id"] for c in coverage["cases"]) == sorted(CASE_IDS)
     manifest = read_json(bundle / "run-manifest.json")
     assert manifest["run_id"] == bundle.name
+
+
+def test_live_mode_runs_through_the_fault_proxy(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--e2b-live runs the catalog through the fault proxy (here in front of a stand-in emulator)."""
+    from pytest_e2b_env.emulator import Emulator
+
+    with Emulator() as upstream:
+        monkeypatch.setenv("PYTEST_E2B_ENV_LIVE_API_URL", upstream.url)
+        monkeypatch.setenv("PYTEST_E2B_ENV_LIVE_SANDBOX_URL", upstream.url)
+        monkeypatch.setenv("E2B_API_KEY", upstream.api_key)
+        result = project.runpytest("--e2b-live", "--e2b-evidence", "ev")
+        result.assert_outcomes(passed=2)
+        result.stdout.fnmatch_lines(["e2b: mode=live run_id=run-* isolation=e2b (live)"])
+        assert upstream.sandboxes() == []
+    manifest = read_json(only_bundle(project.path / "ev") / "run-manifest.json")
+    assert manifest["mode"] == "live"
+    assert upstream.api_key not in (only_bundle(project.path / "ev") / "run-manifest.json").read_text()
