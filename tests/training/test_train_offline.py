@@ -116,8 +116,9 @@ def test_episode_mode_model_calls_terminal_and_submit(episode_run: tuple) -> Non
     assert model_calls.get("submit", 0) >= 1
     assert model_calls["get_reward"] >= 16  # one per rollout: 2 steps x 8 completions, plus evaluations
     assert any(entry.get("tools/call_frequency", 0) > 0 for entry in metrics["history"])
-    assert 1.0 in metrics["episode"]["rewards"]
-    assert 0.0 in metrics["episode"]["rewards"]
+    model_rewards = metrics["episode"]["rewards"][len(metrics["preflight"]["episodes"]) :]
+    assert 1.0 in model_rewards  # the model's own repair passed the hidden verification at least once
+    assert 0.0 in model_rewards
     # policy and verifier sandboxes really ran on the emulator
     assert metrics["target"]["sandboxes"]["created"] >= 8
 
