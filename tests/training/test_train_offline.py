@@ -162,7 +162,10 @@ def test_failed_run_still_writes_what_it_measured(tmp_path: Path) -> None:
 
 def test_baseline_only_evaluates_without_training(tmp_path: Path) -> None:
     """--baseline-only measures the held-out reward, runs no step, and reports training as skipped."""
-    done, metrics = _train(tmp_path, "--tiny", "--mode", "reward", "--baseline-only", *FAST)
+    # No warm-up needed: this checks what is (not) run, not what the model scores.
+    done, metrics = _train(
+        tmp_path, "--tiny", "--mode", "reward", "--baseline-only", "--warmup-steps", "0", *FAST
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert isinstance(metrics["held_out_reward"]["before"], float)
     assert metrics["held_out_reward"]["after"] is None
