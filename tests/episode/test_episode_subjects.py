@@ -171,19 +171,18 @@ def test_lost_verifier(subjects: list[ReportEpisode], emu: Emulator, name: str |
 def test_verifier_kill_failure(
     subjects: list[ReportEpisode], emu: Emulator, target: SandboxTarget, name: str | None
 ) -> None:
-    """episode_commit_before_cleanup returns a score although the verifier survived; the reference raises."""
+    """episode_commit_before_cleanup returns 1.0 although the verifier survived; the reference raises."""
     env = build(subjects, name)
     env.reset(**make_row())
     for command in load_repair("weekly-sales"):
         env.terminal(command)
     emu.faults.add(route="DELETE /sandboxes/*", answer={"kill_fails": True}, times=None, after=1)
-    try:
-        outcome: Any = env.submit()
-    except E2BEnvError as exc:
-        outcome = type(exc).__name__
-    assert outcome == ("CleanupError" if name is None else "Submitted. Reward: 1")
+    with contextlib.suppress(E2BEnvError):  # the reference raises here already
+        env.submit()
+    assert reward_or_error(env) == ("CleanupError" if name is None else 1.0)
     emu.faults.clear()
-    reward_or_error(env)  # releases what is left now that kills work again
+    reward_or_error(env)  # the reference retries its owned ids now that kills work again
+    confirm_gone(target, sweep(target))  # what reap does after the defective subject
 
 
 @pytest.mark.parametrize("name", [None, "leaks_policy"])
