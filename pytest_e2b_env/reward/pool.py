@@ -39,7 +39,7 @@ from pytest_e2b_env.reward.workers import (
     probe_source,
 )
 
-_REPLACE = "replace"  # a slot whose worker was discarded: the next borrower creates a replacement
+_POISON = "poison"  # queued when a background creation failed: every waiter raises the pool's failure
 Cases = list[tuple[bytes, Any]]
 
 
@@ -126,7 +126,15 @@ class RewardPool:
         self._owned: dict[str, Worker] = {}
         self.cleanup: list[dict[str, Any]] = []
         self.kill_failures: dict[str, str] = {}
-        self._slots: asyncio.Queue[Worker | str | None] | None = None
+        # Idle workers (or the poison marker). Free slots are counted, not queued: a borrower
+        # takes whichever worker frees up first, and a worker is created in the background only
+        # while waiting borrowers outnumber the creations already under way.
+        self._slots: asyncio.Queue[Worker | str] | None = None
+        self._fresh_slots = workers
+        self._replace_slots = 0
+        self._waiting = 0
+        self._creations: set[asyncio.Task[None]] = set()
+        self._pacing: set[asyncio.Task[Any]] = set()
         self._pace_lock: asyncio.Lock | None = None
         self._next_create = 0.0
         self._heartbeat: asyncio.Task[None] | None = None
@@ -224,6 +232,11 @@ class RewardPool:
             await asyncio.wrap_future(future)
             return
         self._closed = True
+        # Creations still waiting for their pacing slot are dropped; one whose create request is
+        # in flight is awaited, so its sandbox is owned (and killed) rather than orphaned.
+        for task in list(self._pacing):
+            task.cancel()
+        await asyncio.gather(*self._creations, return_exceptions=True)
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             await asyncio.gather(self._heartbeat, return_exceptions=True)
@@ -273,8 +286,6 @@ class RewardPool:
         if self._loop is None:
             self._loop = loop
             self._slots = asyncio.Queue()
-            for _ in range(self.workers):
-                self._slots.put_nowait(None)
             self._pace_lock = asyncio.Lock()
         elif self._loop is not loop:
             raise InfrastructureError("a RewardPool serves one event loop; create one pool per loop")
@@ -284,27 +295,74 @@ class RewardPool:
         self._counters.count_reason(record.reason or "passed")
         self._ledger.append(record.as_dict())
 
+    def _supply(self) -> None:
+        """Start background creations while waiting borrowers outnumber creations under way."""
+        while self._waiting > len(self._creations) and self._fresh_slots + self._replace_slots > 0:
+            replacing = self._replace_slots > 0
+            if replacing:
+                self._replace_slots -= 1
+            else:
+                self._fresh_slots -= 1
+            task = asyncio.create_task(self._create_into_queue(replacing))
+            self._creations.add(task)
+            task.add_done_callback(self._creations.discard)
+
+    async def _create_into_queue(self, replacing: bool) -> None:
+        assert self._slots is not None
+        try:
+            worker = await self._new_worker(replacing=replacing)
+        except asyncio.CancelledError:
+            return  # close() or loop shutdown: the sweep finds anything half-created
+        except BaseException as exc:
+            error = exc if isinstance(exc, InfrastructureError) else None
+            self._poison(error or InfrastructureError(f"worker creation failed: {describe(exc)}"), exc)
+            self._slots.put_nowait(_POISON)
+            return
+        self._slots.put_nowait(worker)
+
+    async def _borrow(self) -> Worker:
+        """An idle worker for exclusive use: the first one free, created on demand."""
+        assert self._slots is not None
+        self._waiting += 1
+        try:
+            while True:
+                self._supply()
+                item = await self._slots.get()
+                if item == _POISON:
+                    self._slots.put_nowait(_POISON)  # wake the next waiter too
+                    assert self._failure is not None
+                    raise self._failure
+                assert isinstance(item, Worker)
+                if not item.lost:
+                    return item
+                await self._discard(item)  # the heartbeat lost it: replace, keep waiting
+                self._replace_slots += 1
+        finally:
+            self._waiting -= 1
+
+    def _give_back(self, worker: Worker | None) -> None:
+        """Return a healthy worker to the queue, or free its slot for a replacement."""
+        assert self._slots is not None
+        if worker is None:
+            self._replace_slots += 1
+            self._supply()
+        else:
+            self._slots.put_nowait(worker)
+
     async def _evaluate(self, index: int, code: str, cases: Cases) -> CandidateRecord:
         record = CandidateRecord(index, 0.0, None)
-        assert self._slots is not None
         command_timeout = len(cases) * (self.case_seconds + 3) + 20
         for attempt in (1, 2):
             record.attempts = attempt
             waited = time.monotonic()
-            slot = await self._slots.get()
+            worker = await self._borrow()
             record.queue_seconds += time.monotonic() - waited
-            keep: Worker | str | None = slot
+            keep: Worker | None = worker
             try:
-                if not isinstance(slot, Worker) or slot.lost:
-                    if isinstance(slot, Worker):
-                        await self._discard(slot)
-                    keep = _REPLACE
-                    slot = await self._new_worker(replacing=slot is not None)
-                    keep = slot
                 self._check_usable()
-                record.worker_id = slot.sandbox_id
-                if time.monotonic() - slot.renewed_mono > self.renew_every:
-                    await self._client.renew(slot)
+                record.worker_id = worker.sandbox_id
+                if time.monotonic() - worker.renewed_mono > self.renew_every:
+                    await self._client.renew(worker)
                     self._counters.renewals += 1
                 payload = Payload(
                     "run",
@@ -315,9 +373,9 @@ class RewardPool:
                     self.isolation,
                 )
                 ran = time.monotonic()
-                answer = await self._client.run(slot, payload, command_timeout)
+                answer = await self._client.run(worker, payload, command_timeout)
                 record.exec_seconds += time.monotonic() - ran
-                slot.uses += 1
+                worker.uses += 1
                 self._grade(record, answer, cases)
                 self._counters.queue_seconds += record.queue_seconds
                 self._counters.exec_seconds += record.exec_seconds
@@ -325,8 +383,7 @@ class RewardPool:
                 self._commit(record)
                 return record
             except asyncio.CancelledError:
-                if isinstance(slot, Worker):
-                    slot.lost = True  # its command may still run remotely: never reuse it
+                worker.lost = True  # its command may still run remotely: never reuse it
                 raise
             except InfrastructureError:
                 raise
@@ -334,16 +391,15 @@ class RewardPool:
                 if not is_transient(exc):
                     raise InfrastructureError(f"candidate {index}: {describe(exc)} (not retried)") from exc
                 record.errors.append(describe(exc))
-                if isinstance(slot, Worker):
-                    keep = _REPLACE
-                    await self._discard(slot)
+                keep = None
+                await self._discard(worker)
                 if attempt == 2:
                     raise InfrastructureError(
                         f"candidate {index}: worker failed twice ({'; '.join(record.errors)}); no score"
                     ) from exc
                 self._counters.retries += 1
             finally:
-                self._slots.put_nowait(keep)
+                self._give_back(keep)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _grade(self, record: CandidateRecord, answer: dict[str, Any], cases: Cases) -> None:
@@ -381,7 +437,15 @@ class RewardPool:
             start = max(now, self._next_create)
             self._next_create = start + self.create_interval
         if start > now:
-            await asyncio.sleep(start - now)
+            task = asyncio.current_task()
+            assert task is not None
+            self._pacing.add(task)
+            try:
+                await asyncio.sleep(start - now)
+            finally:
+                self._pacing.discard(task)
+        if self._closed:
+            raise InfrastructureError("reward pool closed while a worker was waiting to be created")
 
     async def _new_worker(self, replacing: bool) -> Worker:
         last: Exception | None = None
@@ -401,6 +465,8 @@ class RewardPool:
                 continue
             self._owned[worker.sandbox_id] = worker
             self._counters.created += 1
+            if self._closed:  # close() is waiting for us: no preflight, it kills this one
+                raise InfrastructureError("reward pool closed during worker creation")
             self._counters.replaced += replacing
             if self._heartbeat is None:
                 self._heartbeat = asyncio.create_task(self._keep_alive())

@@ -187,3 +187,16 @@ async def test_large_inputs_go_through_one_upload(make_pool: Callable[..., Rewar
     assert len(cases[0]["input"]) > 130_000
     pool = make_pool(workers=1)
     assert await pool.code_reward([completion(program("total_tokens_correct"))], [cases]) == [1.0]
+
+
+async def test_free_warm_worker_beats_a_paced_creation(
+    make_pool: Callable[..., RewardPool], emulator: Emulator
+) -> None:
+    """A candidate takes the first worker that frees up instead of waiting for a paced creation."""
+    pool = make_pool(workers=2, create_interval=30.0)
+    correct = completion(program("total_tokens_correct"))
+    assert await pool.code_reward([correct, correct], [TOTAL, TOTAL]) == [1.0, 1.0]
+    first, second = pool.ledger
+    assert first["worker_id"] == second["worker_id"]
+    await pool.close()  # drops the creation still waiting for its pacing slot
+    assert pool.metrics["workers_created"] == 1
