@@ -16,6 +16,7 @@ from typing import NoReturn
 from pytest_e2b_env.errors import EmulatorError
 
 PR_SET_PDEATHSIG = 1
+OWNER_ENV = "PYTEST_E2B_ENV_EMULATOR_OWNER"  # pid of the process that started us (set by Emulator)
 
 
 def _port(value: str) -> int:
@@ -62,7 +63,8 @@ def _die_with_parent() -> None:
     """Ask the kernel for SIGTERM when our parent dies, and handle the race where it already has."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() == 1:
+    owner = int(os.environ.get(OWNER_ENV) or 0)
+    if os.getppid() == 1 or (owner and os.getppid() != owner):  # the owner died before prctl
         os.kill(os.getpid(), signal.SIGTERM)
 
 

@@ -115,6 +115,7 @@ class Emulator:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
         env.pop("PYTEST_E2B_ENV_EMULATOR_KEY", None)  # always a fresh random key
+        env["PYTEST_E2B_ENV_EMULATOR_OWNER"] = str(os.getpid())
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the child; closed in stop()
         self._proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=self._stderr, env=env, close_fds=True
