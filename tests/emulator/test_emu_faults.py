@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import httpx
 import pytest
 from e2b import (
     AuthenticationException,
@@ -136,3 +137,22 @@ def test_ledger_records_requests_with_route_sandbox_and_status(emu: Emulator, op
         ("kill", "DELETE /sandboxes/{id}", sid, 204),
     ]
     assert all(isinstance(e["t"], float) for e in emu.ledger(since=mark))
+
+
+def test_lose_sandbox_on_a_unary_route(emu: Emulator, sbx: Any, faults: Any) -> None:
+    """lose_sandbox on a file read: the sandbox dies first, so the read sees the edge's 502."""
+    sbx.files.write("kept.txt", "x")
+    faults.add(route="GET /files", sandbox=sbx.sandbox_id, answer={"lose_sandbox": True})
+    with pytest.raises(SandboxNotRunningException):
+        sbx.files.read("kept.txt")
+    assert sbx.sandbox_id not in [s["sandbox_id"] for s in emu.sandboxes()]
+
+
+def test_drop_stream_on_a_plain_response(sbx: Any, faults: Any) -> None:
+    """drop_stream on a plain download cuts it after the status line; the SDK lets httpx's error escape."""
+    sbx.files.write("cut.txt", "x" * 1000)
+    faults.add(route="GET /files", sandbox=sbx.sandbox_id, answer={"drop_stream": True})
+    # like the raw httpx.ReadTimeout of section 5 of the e2b reference: not an e2b exception
+    with pytest.raises(httpx.TransportError):
+        sbx.files.read("cut.txt")
+    assert sbx.files.read("cut.txt") == "x" * 1000
