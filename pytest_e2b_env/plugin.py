@@ -7,6 +7,7 @@ the subjects load when a hook or fixture first needs them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -110,7 +111,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
     eager = not (_is_dist_controller(config) or runtime.settings.live or config.option.collectonly)
     if eager and catalog_wanted(config, runtime.settings):
-        runtime.target()
+        # A startup failure is remembered; each case then reports it with its message.
+        with contextlib.suppress(Exception):
+            runtime.target()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

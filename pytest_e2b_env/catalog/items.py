@@ -15,6 +15,7 @@ from pytest_e2b_env.catalog.loader import CaseLoadError, load_cases
 from pytest_e2b_env.catalog.model import Case
 from pytest_e2b_env.catalog.settings import Settings
 from pytest_e2b_env.catalog.target import Target, open_target
+from pytest_e2b_env.errors import InfrastructureError
 
 COLLECTOR_NAME = "e2b-catalog"
 settings_key = pytest.StashKey[Settings]()
@@ -31,12 +32,19 @@ class Runtime:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._target: Target | None = None
+        self._failure: str | None = None
         self._cases: list[Case] | None = None
 
     def target(self) -> Target:
         """The emulator or live proxy of this process, started on first use."""
+        if self._failure is not None:
+            raise InfrastructureError(self._failure)
         if self._target is None:
-            self._target = open_target(self.settings.live, self.settings.run_id)
+            try:
+                self._target = open_target(self.settings.live, self.settings.run_id)
+            except Exception as exc:  # remembered: every later case fails fast with the same message
+                self._failure = f"the {self.settings.mode} target did not start: {type(exc).__name__}: {exc}"
+                raise InfrastructureError(self._failure) from None
         return self._target
 
     @property
@@ -99,8 +107,8 @@ class CaseItem(pytest.Item):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         """Show the failed criteria instead of a traceback into the runner."""
-        if isinstance(excinfo.value, CaseFailure | CaseLoadError):
-            return str(excinfo.value)
+        if isinstance(excinfo.value, CaseFailure | CaseLoadError | InfrastructureError):
+            return f"{type(excinfo.value).__name__}: {excinfo.value}"
         return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
