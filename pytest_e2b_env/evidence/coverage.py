@@ -25,7 +25,7 @@ def build_coverage(
     for case_id, records in by_id.items():
         if len(records) > 1:
             problems.append(f"case {case_id} was recorded {len(records)} times; every record is kept")
-        worst = max(records, key=lambda c: _SEVERITY[c["status"]])
+        worst = max(records, key=lambda c: _SEVERITY.get(c["status"], 3))
         entries.append(
             {
                 "id": case_id,

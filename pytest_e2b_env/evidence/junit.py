@@ -16,13 +16,30 @@ from typing import Any
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
 SUITE_NAME = "pytest-e2b-env"
-# XML 1.0 cannot carry these; junit-xml would drop them without a trace.
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# Characters junit-xml deletes without a trace (its own table: XML-illegal and discouraged
+# code points, including CR and C1 controls); they are made visible before it sees them.
+_ILLEGAL = [(0x00, 0x08), (0x0B, 0x1F), (0x7F, 0x84), (0x86, 0x9F), (0xD800, 0xDFFF), (0xFDD0, 0xFDDF)]
+_ILLEGAL += [(plane + 0xFFFE, plane + 0xFFFF) for plane in range(0, 0x110000, 0x10000)]
+_CONTROL = re.compile("[" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _ILLEGAL) + "]")
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def visible(text: str) -> str:
-    """Replace characters XML 1.0 cannot hold with a visible ``\\xNN`` escape."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
+    """Replace characters junit-xml would silently delete with a visible ``\\xNN`` escape."""
+    return _CONTROL.sub(lambda m: _escape(m.group(0)), text)
+
+
+def name_text(text: str) -> str:
+    """A testcase name or classname as written: visible, with tabs and newlines escaped too.
+
+    XML parsers turn a newline inside an attribute into a space, so the name read back would
+    no longer be the case id.
+    """
+    return visible(text).replace("\t", "\\t").replace("\n", "\\n")
 
 
 def _failure_message(case: Mapping[str, Any]) -> str:
@@ -59,8 +76,8 @@ def build_junit(cases: Sequence[Mapping[str, Any]], properties: Mapping[str, Any
         status = case.get("status")
         seconds = case.get("seconds")
         test_case = TestCase(
-            name=visible(str(case.get("id"))),
-            classname=visible(
+            name=name_text(str(case.get("id"))),
+            classname=name_text(
                 f"{SUITE_NAME}.{case.get('subject') or 'unknown'}.{case.get('family') or 'unknown'}"
             ),
             elapsed_sec=float(seconds) if isinstance(seconds, int | float) else None,

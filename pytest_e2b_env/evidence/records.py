@@ -133,8 +133,12 @@ def file_stem(case_id: str, taken: set[str]) -> str:
 
 
 def dumps(value: Any) -> str:
-    """Compact, deterministic JSON (sorted keys, UTF-8 kept) for one JSON Lines record."""
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=False)
+    """Compact, deterministic, ASCII-only JSON for one JSON Lines record.
+
+    ASCII keeps every record on one line for any reader: str.splitlines() also splits on
+    U+0085, U+2028 and other characters JSON would otherwise leave raw.
+    """
+    return json.dumps(value, sort_keys=True, ensure_ascii=True, allow_nan=False)
 
 
 def pretty(value: Any) -> str:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_e2b_env.evidence.checksums import SUMS_NAME, bundle_files, check_sums
+from pytest_e2b_env.evidence.junit import name_text
 from pytest_e2b_env.evidence.redaction import Redactor
 
 REQUIRED_FILES = (
@@ -57,7 +58,11 @@ def _load_jsonl(root: Path, rel: str, problems: list[str]) -> list[Any]:
     if not path.is_file():
         return []
     rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+    text = path.read_text(encoding="utf-8", errors="replace")
+    # Split on "\n" only: JSON Lines records may contain other characters splitlines() breaks on.
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
         try:
             rows.append(json.loads(line))
         except ValueError as exc:
@@ -160,11 +165,13 @@ def _check_junit(root: Path, entries: list[dict[str, Any]], problems: list[str])
     testcases = list(tree.iter("testcase"))
     names = Counter(t.get("name") for t in testcases)
     for entry in entries:
-        if names.get(str(entry.get("id")), 0) != 1:
-            problems.append(
-                f"junit.xml has {names.get(str(entry.get('id')), 0)} testcases for {entry.get('id')}"
-            )
-    bad_status = {str(e.get("id")) for e in entries if e.get("status") in ("failed", "error", "missing")}
+        # junit.xml shows control characters, tabs and newlines in names escaped.
+        found = names.get(name_text(str(entry.get("id"))), 0)
+        if found != 1:
+            problems.append(f"junit.xml has {found} testcases for {entry.get('id')}; expected exactly 1")
+    bad_status = {
+        name_text(str(e.get("id"))) for e in entries if e.get("status") in ("failed", "error", "missing")
+    }
     for testcase in testcases:
         outcome = testcase.find("failure")
         if outcome is None:

@@ -173,7 +173,13 @@ class _Finisher:
         self.expected = list(dict.fromkeys(redactor.text(str(e)) for e in expected))
         self.family_seconds = {str(k): float(v) for k, v in family_seconds.items()}
         self.problems = list(writer._problems)
-        self.cases = [self.r.data(c) for c in writer._cases]
+        self.cases = []
+        for case in writer._cases:
+            redacted = self.r.data(case)
+            # The status is a validated enum the layout depends on; a "secret" equal to it
+            # (absurd, but possible) must not break the bundle, and verify will report it.
+            redacted["status"] = case["status"]
+            self.cases.append(redacted)
         # Case ids were just redacted with the caller's secrets too; key trajectories the same way.
         self.trajectories: dict[str, list[Any]] = {}
         for case_id, events in writer._trajectories.items():
@@ -215,7 +221,8 @@ class _Finisher:
     def _text(self, rel: str, text: str) -> None:
         path = self.tmp / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.r.text(text), encoding="utf-8")
+        # Lone surrogates (undecodable bytes) cannot be UTF-8; keep them visible as \udcXX.
+        path.write_text(self.r.text(text), encoding="utf-8", errors="backslashreplace")
 
     def _json(self, rel: str, value: Any) -> None:
         self._text(rel, pretty(self.r.data(value)))

@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 from evidence_helpers import IDS
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pytest_e2b_env import cli
-from pytest_e2b_env.evidence import verify_bundle
+from pytest_e2b_env.evidence import BundleWriter, verify_bundle
 from pytest_e2b_env.evidence.checksums import write_sums
 from pytest_e2b_env.evidence.verify import main
 
@@ -252,3 +255,31 @@ def test_cli_checks_against_the_bundled_catalog(make_bundle, capsys):
     out = capsys.readouterr().out
     assert "PROBLEM: expected case reward-good-correct is not in the bundle's inventory" not in out
     assert "is not in the bundle's inventory" in out
+
+
+record_strategy = st.fixed_dictionaries(
+    {
+        "id": st.text(min_size=1, max_size=20).filter(str.strip),
+        "status": st.sampled_from(["passed", "failed", "error", "skipped"]),
+        "reason": st.text(min_size=1, max_size=30),
+        "subject": st.sampled_from(["reward", "episode"]),
+        "family": st.text(min_size=1, max_size=10),
+        "observed": st.dictionaries(
+            st.text(max_size=5), st.text(max_size=50) | st.floats() | st.none(), max_size=3
+        ),
+        "rewards": st.lists(st.floats(allow_nan=True) | st.none(), max_size=4),
+        "seconds": st.floats(min_value=0, max_value=100),
+    }
+)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=st.lists(record_strategy, min_size=1, max_size=6, unique_by=lambda r: r["id"]))
+def test_any_complete_run_verifies_clean(tmp_path, records):
+    """Whatever the case records hold, a complete bundle written by BundleWriter verifies clean."""
+    writer = BundleWriter(tmp_path / "out", f"run-{uuid.uuid4().hex[:8]}", {"mode": "offline"})
+    for record in records:
+        writer.add_case(record)
+        writer.add_trajectory(record["id"], [{"echo": record["observed"]}])
+    bundle = writer.finish([r["id"] for r in records], [], {})
+    assert verify_bundle(bundle, [r["id"] for r in records]) == []
