@@ -125,6 +125,7 @@ class RewardPool:
         self._ledger: collections.deque[dict[str, Any]] = collections.deque(maxlen=ledger_size)
         self._owned: dict[str, Worker] = {}
         self.cleanup: list[dict[str, Any]] = []
+        self.failures: list[dict[str, Any]] = []  # candidates that got no score (infrastructure)
         self.kill_failures: dict[str, str] = {}
         # Idle workers (or the poison marker). Free slots are counted, not queued: a borrower
         # takes whichever worker frees up first, and a worker is created in the background only
@@ -175,6 +176,7 @@ class RewardPool:
             "candidate_seconds_p95": percentile(c.candidate_seconds, 95),
             "preflight_seconds_p50": percentile(c.preflight_seconds, 50),
             "poisoned": self._failure is not None,
+            "failed_candidates": len(self.failures),
             "kill_failures": dict(self.kill_failures),
         }
 
@@ -202,6 +204,9 @@ class RewardPool:
                 )
                 raise
             failures = [r for r in results if isinstance(r, BaseException)]
+            for i, result in zip(jobs, results, strict=True):
+                if isinstance(result, BaseException):  # evidence only: these never get a score
+                    self.failures.append({"index": i, "error": describe(result), "at": time.time()})
             if failures:
                 first = failures[0]
                 error = first if isinstance(first, InfrastructureError) else None

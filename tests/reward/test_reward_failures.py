@@ -56,6 +56,8 @@ async def test_lost_twice_raises_and_poisons(make_pool: Callable[..., RewardPool
     with pytest.raises(InfrastructureError, match="worker failed twice"):
         await pool.code_reward([CORRECT], [TOTAL])
     assert pool.ledger == []
+    assert [f["index"] for f in pool.failures] == [0]
+    assert "worker failed twice" in pool.failures[0]["error"]
     with pytest.raises(InfrastructureError, match="unusable"):
         await pool.code_reward([completion(program("total_tokens_correct"))], [TOTAL])
 
