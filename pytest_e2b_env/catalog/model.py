@@ -32,7 +32,6 @@ PREDICATES: dict[str, str] = {
     "rewards": "the reward call returned exactly these scores, in completion order",
     "reward": "get_reward() returned exactly this value",
     "raises": "a call raised; value 'any' or a class name found in the exception's class hierarchy",
-    "raises_in": "where the raise must happen: 'call' (the reward call / a tool / get_reward) or 'any'",
     "raises_names_ids": "the exception message names every sandbox whose kill failed",
     "no_score": "no score was produced (the scoring call raised, or its value was discarded)",
     "leaked_sandboxes": "sandboxes created during the case still alive at its end",

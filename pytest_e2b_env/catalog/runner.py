@@ -249,6 +249,12 @@ def run_case(
     return _result(base, status, reason, criteria, obs, started, secrets)
 
 
+def _replacements(obs: Observation) -> int:
+    """Sandboxes created after the first injected fault fired (the subject's retries on new sandboxes)."""
+    fired = [e["seq"] for e in obs.ledger if e.get("op") == "fault"]
+    return len(obs.created(start=min(fired))) if fired else 0
+
+
 def _result(
     base: dict[str, Any],
     status: str,
@@ -276,7 +282,7 @@ def _result(
             {"type": c.error["type"], "message": c.error["message"]} for c in obs.calls if c.error is not None
         ],
         "attempts": 1,
-        "retries": len(obs.created()) - 1 if len(obs.created()) > 1 else 0,
+        "retries": _replacements(obs),
     }
     trajectory = [c.to_event() for c in obs.calls] + [{"kind": "sandbox_op", **e} for e in obs.ledger]
     trajectory.sort(key=lambda ev: float(ev.get("t") or 0))

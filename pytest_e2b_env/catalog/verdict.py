@@ -238,7 +238,6 @@ JUDGES: dict[str, Judge] = {
     "rewards": _rewards,
     "reward": _reward,
     "raises": _raises,
-    "raises_in": lambda e, o: (True, "checked by raises"),
     "raises_names_ids": _raises_names_ids,
     "no_score": _no_score,
     "leaked_sandboxes": _leaked,
