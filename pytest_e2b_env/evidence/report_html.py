@@ -42,7 +42,7 @@ pre{margin:0;white-space:pre-wrap;word-break:break-word;max-height:220px;overflo
 background:#f6f8fa;padding:4px 6px;font:12px/1.35 ui-monospace,monospace}
 .meta td:first-child{width:180px;color:#57606a}.muted{color:#57606a}
 .problems li{color:#cf222e}.plots{display:flex;gap:24px;flex-wrap:wrap}
-ul.crit{margin:4px 0;padding-left:18px}ul.crit li.fail{color:#cf222e}
+ul.crit{margin:4px 0;padding-left:18px}.links{font-size:12px;margin-top:4px}ul.crit li.fail{color:#cf222e}
 """
 
 
@@ -254,7 +254,7 @@ def _cases(coverage: Mapping[str, Any], cases: Sequence[Mapping[str, Any]]) -> s
             rows.append(
                 f"<tr class='case' data-case='{escape(str(entry.get('id')))}' data-status='"
                 f"{escape(str(entry.get('status')))}'><td><code>{escape(str(entry.get('id')))}</code><br>"
-                f"<span class='muted'>{escape(str(case.get('description') or ''))}</span></td>"
+                f"<span class='muted'>{escape(str(case.get('description') or ''))}</span>{_links(case)}</td>"
                 f"<td>{escape(str(entry.get('subject')))}</td><td>{_badge(str(entry.get('status')))}"
                 f"<div>{escape(str(reason))}</div>{_criteria(case)}</td>"
                 f"<td class='num'>{'' if seconds is None else f'{float(seconds):.2f}'}</td>"
@@ -268,6 +268,17 @@ def _cases(coverage: Mapping[str, Any], cases: Sequence[Mapping[str, Any]]) -> s
             f"<th>seconds</th><th>expected</th><th>observed</th></tr>{''.join(rows)}</table>"
         )
     return "\n".join(out)
+
+
+def _links(case: Mapping[str, Any]) -> str:
+    """Relative links to the case's report and trajectory inside the bundle (no network)."""
+    files = case.get("files") or {}
+    links = [
+        f"<a href='{escape(str(files[k]), quote=True)}'>{k}</a>"
+        for k in ("report", "trajectory")
+        if files.get(k)
+    ]
+    return f"<div class='links'>{' · '.join(links)}</div>" if links else ""
 
 
 def _observed(case: Mapping[str, Any]) -> str:

@@ -35,11 +35,15 @@ REQUIRED_FILES = (
 REQUIRED_DIRS = ("cases", "trajectories", "logs")
 MANIFEST_KEYS = ("run_id", "started_at", "finished_at", "argv", "git", "platform", "packages", "complete")
 STATUSES = ("passed", "failed", "skipped", "error", "missing")
-# Anything that would make a browser fetch from elsewhere: the page must stand alone.
-_EXTERNAL = re.compile(
-    r"(?i)(?:\b(?:src|href|action|poster|data)\s*=\s*[\"']?\s*(?:https?:|//|ftp:)|url\(\s*[\"']?\s*(?:https?:|//)"
-    r"|@import|<script\b|<link\b|<iframe\b)"
+# Anything that would make a browser fetch from elsewhere: the page must stand alone. Only
+# markup is checked (tags and <style>), since escaped case text may legitimately mention URLs.
+_TAG = re.compile(r"<[A-Za-z][^>]*>")
+_FETCHING_TAG = re.compile(
+    r"(?i)^<(?:script|link|iframe|object|embed|base)\b"
+    r"|\b(?:src|href|action|poster|data|srcset|formaction)\s*=\s*[\"']?\s*(?:[a-z][a-z0-9+.-]*:(?<!data:)|//)"
 )
+_STYLE = re.compile(r"(?is)<style\b[^>]*>(.*?)</style>")
+_FETCHING_CSS = re.compile(r"(?i)url\(\s*[\"']?\s*(?!data:)[a-z/]|@import")
 
 
 def _load_json(root: Path, rel: str, problems: list[str]) -> Any:
@@ -187,9 +191,11 @@ def _check_junit(root: Path, entries: list[dict[str, Any]], problems: list[str])
 def _check_index(root: Path, problems: list[str]) -> None:
     path = root / "index.html"
     if path.is_file():
-        match = _EXTERNAL.search(path.read_text(encoding="utf-8", errors="replace"))
-        if match:
-            problems.append(f"index.html is not self-contained: it references {match.group(0)!r}")
+        page = path.read_text(encoding="utf-8", errors="replace")
+        found = [t for t in _TAG.findall(page) if _FETCHING_TAG.search(t)]
+        found += [m.group(0) for css in _STYLE.findall(page) for m in _FETCHING_CSS.finditer(css)]
+        if found:
+            problems.append(f"index.html is not self-contained: it references {found[0][:200]!r}")
 
 
 def _check_secrets(root: Path, redactor: Redactor, problems: list[str]) -> None:

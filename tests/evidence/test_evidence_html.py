@@ -114,6 +114,8 @@ def test_reviewer_sees_verdict_families_cases_rewards_cleanup(make_bundle, chrom
     assert '"rewards": [1.0, 0.0]' in row_text  # expected
     assert '"rewards": [0.0, 0.0]' in row_text  # observed
     assert "raised AssertionError: scored instead of raising" in row_text
+    assert 'href="cases/reward-lost-worker-twice/report.json"' in row.group(0)
+    assert 'href="trajectories/reward-lost-worker-twice.jsonl"' in row.group(0)
     assert "needs --e2b-live" in text
     rewards = re.search(r'<div class="plots" id="rewards">(.*?)</div>', dom, re.S)
     assert rewards, "reward plots missing"

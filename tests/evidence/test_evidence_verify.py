@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from evidence_helpers import IDS
+from evidence_helpers import IDS, case
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -136,11 +136,30 @@ def test_failure_turned_pass_in_junit_is_detected(make_bundle):
     assert "junit.xml: reward-lost-worker-twice failed in coverage.json but passes in junit.xml" in problems
 
 
-def test_index_fetching_from_the_network_is_a_problem(make_bundle):
+@pytest.mark.parametrize(
+    "markup",
+    [
+        "<img src='https://example.com/x.png'>",
+        '<script src="x.js"></script>',
+        "<link rel=stylesheet href=//cdn.example/x.css>",
+        "<style>body{background:url(https://example.com/bg.png)}</style>",
+        "<style>@import 'x.css';</style>",
+        "<iframe srcdoc=x></iframe>",
+    ],
+)
+def test_index_fetching_from_the_network_is_a_problem(make_bundle, markup):
     """An index.html that would load anything from elsewhere is not self-contained."""
     bundle = make_bundle()
-    _plant(bundle, "index.html", "<img src='https://example.com/x.png'>")
+    _plant(bundle, "index.html", markup)
     assert any(p.startswith("index.html is not self-contained") for p in verify_bundle(bundle))
+
+
+def test_urls_in_case_text_are_not_fetches(make_bundle):
+    """Case text that mentions URLs, src= or url(...) is escaped text, not a fetch."""
+    text = "curl src=https://x.example url(http://y.example) @import <script src=//z>"
+    cases = [case("mentions-urls", description=text, observed={"stdout": text})]
+    bundle = make_bundle(cases=cases, expected=["mentions-urls"])
+    assert verify_bundle(bundle) == []
 
 
 @pytest.mark.parametrize("rel", LAYOUT_FILES)
