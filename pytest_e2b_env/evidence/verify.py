@@ -74,7 +74,7 @@ def _load_jsonl(root: Path, rel: str, problems: list[str]) -> list[Any]:
     return rows
 
 
-def _check_manifest(root: Path, manifest: Any, problems: list[str]) -> None:
+def _check_manifest(root: Path, manifest: Any, coverage: Any, problems: list[str]) -> None:
     if not isinstance(manifest, dict):
         return
     for key in MANIFEST_KEYS:
@@ -85,6 +85,10 @@ def _check_manifest(root: Path, manifest: Any, problems: list[str]) -> None:
         problems.append(
             f"run-manifest.json run_id {run_id!r} does not match the directory name {root.name!r}"
         )
+    if coverage is not None and isinstance(manifest.get("coverage"), dict):
+        copy = manifest["coverage"]
+        if any(copy.get(k) != coverage.get(k) for k in ("counts", "passed", "complete")):
+            problems.append("run-manifest.json coverage summary disagrees with coverage.json")
     if manifest.get("complete") is not True:
         listed = manifest.get("problems") or ["(no reason recorded)"]
         problems.append("run is marked incomplete: " + "; ".join(str(p) for p in listed[:20]))
@@ -143,6 +147,7 @@ def _check_cases(root: Path, entries: list[dict[str, Any]], problems: list[str])
             ):
                 problems.append(f"case {case_id}: {rel} is not this case's report (id or criteria wrong)")
                 continue
+            _check_report(case_id, rel, report, problems)
             trajectory = (report.get("files") or {}).get("trajectory")
             if not trajectory or not (root / trajectory).is_file():
                 problems.append(f"case {case_id}: trajectory file {trajectory!r} is missing")
@@ -155,6 +160,19 @@ def _check_cases(root: Path, entries: list[dict[str, Any]], problems: list[str])
     for rel in bundle_files(root):
         if rel.startswith(("cases/", "trajectories/")) and rel not in referenced:
             problems.append(f"{rel} belongs to no case in coverage.json")
+
+
+def _check_report(case_id: str, rel: str, report: dict[str, Any], problems: list[str]) -> None:
+    """A report's verdict and summary must agree with its own criteria and status."""
+    criteria = [c for c in report["criteria"] if isinstance(c, dict)]
+    failed = [c.get("id") for c in criteria if not c.get("passed")]
+    summary = report.get("summary") or {}
+    if summary.get("total_count") != len(criteria) or summary.get("failed_criteria") != failed:
+        problems.append(f"case {case_id}: {rel} summary disagrees with its criteria")
+    if report.get("passed") is not (report.get("status") == "passed"):
+        problems.append(
+            f"case {case_id}: {rel} says passed={report.get('passed')} with status {report.get('status')}"
+        )
 
 
 def _check_junit(root: Path, entries: list[dict[str, Any]], problems: list[str]) -> None:
@@ -229,8 +247,9 @@ def verify_bundle(
     for rel in REQUIRED_DIRS:
         if not (root / rel).is_dir():
             problems.append(f"{rel}/ is missing from the bundle")
-    _check_manifest(root, _load_json(root, "run-manifest.json", problems), problems)
-    entries = _check_coverage(_load_json(root, "coverage.json", problems), problems)
+    coverage = _load_json(root, "coverage.json", problems)
+    _check_manifest(root, _load_json(root, "run-manifest.json", problems), coverage, problems)
+    entries = _check_coverage(coverage, problems)
     _check_cases(root, entries, problems)
     _check_junit(root, entries, problems)
     _check_index(root, problems)

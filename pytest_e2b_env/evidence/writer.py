@@ -326,7 +326,11 @@ class _Finisher:
             run_id=self.w.run_id,
             schema_version=SCHEMA_VERSION,
             family_seconds=self.family_seconds,
-            coverage={"complete": coverage["complete"], "passed": coverage["passed"], **coverage["counts"]},
+            coverage={
+                "complete": coverage["complete"],
+                "passed": coverage["passed"],
+                "counts": coverage["counts"],
+            },
             complete=not self.problems,
             problems=self.problems,
         )

@@ -124,6 +124,25 @@ def test_inconsistent_inventory_is_detected(make_bundle):
     assert any("trajectory file 'trajectories/reward-good-correct.jsonl' is missing" in p for p in problems)
 
 
+def test_report_and_manifest_must_agree_with_their_sources(make_bundle):
+    """A report whose verdict contradicts its criteria, or a manifest summary off coverage, is reported."""
+    bundle = make_bundle()
+    path = bundle / "cases" / "reward-lost-worker-twice" / "report.json"
+    report = json.loads(path.read_text())
+    report["passed"] = True
+    report["summary"]["failed_criteria"] = []
+    path.write_text(json.dumps(report))
+    manifest = json.loads((bundle / "run-manifest.json").read_text())
+    manifest["coverage"]["counts"]["failed"] = 0
+    (bundle / "run-manifest.json").write_text(json.dumps(manifest))
+    write_sums(bundle)
+    problems = verify_bundle(bundle)
+    rel = "cases/reward-lost-worker-twice/report.json"
+    assert f"case reward-lost-worker-twice: {rel} summary disagrees with its criteria" in problems
+    assert f"case reward-lost-worker-twice: {rel} says passed=True with status failed" in problems
+    assert "run-manifest.json coverage summary disagrees with coverage.json" in problems
+
+
 def test_failure_turned_pass_in_junit_is_detected(make_bundle):
     """A junit.xml whose failing case lost its <failure> element is reported."""
     bundle = make_bundle()
