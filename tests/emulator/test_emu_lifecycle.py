@@ -212,3 +212,20 @@ def test_idempotency_key_returns_the_same_sandbox(opts: dict[str, str]) -> None:
     fresh = Sandbox.create(idempotency_key="test-idem-1", **opts)
     assert fresh.sandbox_id != first.sandbox_id
     fresh.kill()
+
+
+@pytest.mark.namespaces
+def test_allow_internet_access_false_reaches_the_sandbox(
+    opts: dict[str, str], emu: Emulator, needs_namespaces: None
+) -> None:
+    """allow_internet_access=False gives a sandbox with loopback only; get_info reports the flag."""
+    interfaces = "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort | tr '\\n' ' '"
+    offline = Sandbox.create(allow_internet_access=False, **opts)
+    online = Sandbox.create(**opts)
+    try:
+        assert offline.commands.run(interfaces).stdout.split() == ["lo"]
+        assert online.get_info().allow_internet_access is True
+        assert offline.get_info().allow_internet_access is False
+    finally:
+        offline.kill()
+        online.kill()
