@@ -51,3 +51,29 @@ def test_live_smoke_without_key_is_a_usage_error(monkeypatch: pytest.MonkeyPatch
     monkeypatch.delenv("E2B_API_KEY", raising=False)
     with pytest.raises(ConfigError, match="E2B_API_KEY"):
         reward_smoke(live=True)
+
+
+def test_close_from_another_thread_runs_on_the_pool_loop(emulator: Emulator, runner_supported: None) -> None:
+    """TRL scores on its own loop thread; asyncio.run(pool.close()) from the main thread still works."""
+    import asyncio
+    import threading
+
+    from pytest_e2b_env.reward import RewardPool
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        pool = RewardPool(workers=1, create_interval=0, api_opts=emulator.sdk_opts(), run_id="thread-run")
+        future = asyncio.run_coroutine_threadsafe(
+            pool.code_reward([completion(program("total_tokens_correct"))], [TOTAL]), loop
+        )
+        assert future.result(timeout=60) == [1.0]
+        asyncio.run(pool.close())
+        assert [
+            s for s in emulator.sandboxes() if s["metadata"].get("pytest_e2b_env_run") == "thread-run"
+        ] == []
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.close()
