@@ -111,7 +111,8 @@ def normalize_cleanup(record: Any) -> dict[str, Any]:
     for key, value in data.items():
         out.setdefault(key, value)
     if out["error"]:
-        out["status"] = "error"
+        # Still say whether it is gone: a leak the catalog killed differs from one still running.
+        out["status"] = "error_confirmed_absent" if out["confirmed_absent_at"] else "error"
     elif out["confirmed_absent_at"]:
         out["status"] = "confirmed_absent"
     else:

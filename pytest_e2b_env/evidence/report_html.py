@@ -300,10 +300,19 @@ def _when(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+def _cleanup_badge(status: str) -> str:
+    colour = {
+        "confirmed_absent": _COLOURS["passed"],
+        "error_confirmed_absent": _COLOURS["error"],
+        "error": _COLOURS["failed"],
+    }.get(status, _COLOURS["missing"])
+    return f"<span class='badge' style='background:{colour}'>{escape(status.replace('_', ' '))}</span>"
+
+
 def _cleanup(cleanup: Mapping[str, Any]) -> str:
     summary = cleanup.get("summary", {})
     unresolved = summary.get("unresolved") or []
-    status = "passed" if not unresolved else "failed"
+    status = "failed" if unresolved or summary.get("errors") else "passed"
     text = (
         f"{summary.get('sandboxes', 0)} sandboxes created, "
         f"{summary.get('confirmed_absent', 0)} confirmed gone, "
@@ -313,7 +322,7 @@ def _cleanup(cleanup: Mapping[str, Any]) -> str:
         f"<tr><td><code>{escape(str(r.get('sandbox_id')))}</code></td><td>{escape(str(r.get('role')))}</td>"
         f"<td>{escape(_when(r.get('created_at')))}</td>"
         f"<td>{escape(_when(r.get('confirmed_absent_at')))}</td>"
-        f"<td>{_badge('passed' if r.get('status') == 'confirmed_absent' else 'failed')} "
+        f"<td>{_cleanup_badge(str(r.get('status')))} "
         f"{escape(str(r.get('error') or ''))}</td></tr>"
         for r in cleanup.get("records", [])
     )

@@ -280,9 +280,11 @@ class _Finisher:
         return {
             "summary": {
                 "sandboxes": len(records),
-                "confirmed_absent": sum(1 for r in records if r["status"] == "confirmed_absent"),
-                "errors": sum(1 for r in records if r["status"] == "error"),
-                "unresolved": [r["sandbox_id"] for r in records if r["status"] != "confirmed_absent"],
+                # A sandbox can have an error (a leak, a failed kill) and still end confirmed gone.
+                "confirmed_absent": sum(1 for r in records if r["confirmed_absent_at"]),
+                "errors": sum(1 for r in records if r["error"]),
+                "error_ids": [r["sandbox_id"] for r in records if r["error"]],
+                "unresolved": [r["sandbox_id"] for r in records if not r["confirmed_absent_at"]],
             },
             "records": records,
         }

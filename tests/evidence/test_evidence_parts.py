@@ -94,10 +94,12 @@ def test_normalize_non_dict_record():
 
 
 def test_cleanup_status():
-    """Cleanup records get a status: confirmed_absent, error or unconfirmed."""
+    """Cleanup records get a status: confirmed_absent, error (gone or not) or unconfirmed."""
     assert normalize_cleanup({"sandbox_id": "a", "confirmed_absent_at": "t"})["status"] == "confirmed_absent"
     assert normalize_cleanup({"sandbox_id": "a", "error": "500"})["status"] == "error"
     assert normalize_cleanup({"sandbox_id": "a"})["status"] == "unconfirmed"
+    leaked = {"sandbox_id": "a", "error": "leaked", "confirmed_absent_at": "t"}
+    assert normalize_cleanup(leaked)["status"] == "error_confirmed_absent"
 
 
 def _git(repo: Path, *args: str) -> None:

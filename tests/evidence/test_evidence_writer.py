@@ -174,7 +174,13 @@ def test_trajectory_keeps_every_event(make_bundle):
 def test_cleanup_summary(make_bundle):
     """cleanup.json keeps every sandbox and names the unresolved ones."""
     cleanup = _json(make_bundle() / "cleanup.json")
-    assert cleanup["summary"] == {"sandboxes": 2, "confirmed_absent": 1, "errors": 1, "unresolved": ["sb-2"]}
+    assert cleanup["summary"] == {
+        "sandboxes": 2,
+        "confirmed_absent": 1,
+        "errors": 1,
+        "error_ids": ["sb-2"],
+        "unresolved": ["sb-2"],
+    }
     assert [r["status"] for r in cleanup["records"]] == ["confirmed_absent", "error"]
 
 
