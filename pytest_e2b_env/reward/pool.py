@@ -21,15 +21,14 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Sequence
 from typing import Any
 
 from pytest_e2b_env.errors import CleanupError, ConfigError, InfrastructureError
+from pytest_e2b_env.reward.batch import Cases, grade_answer, validate_batch
 from pytest_e2b_env.reward.extract import extract_code
-from pytest_e2b_env.reward.grading import BadJSON, grade_output, parse_strict
 from pytest_e2b_env.reward.preflight import check_preflight
-from pytest_e2b_env.reward.protocol import Isolation, Limits, Payload, ProtocolError, case_output
-from pytest_e2b_env.reward.records import CandidateRecord, CaseRecord, Counters, digest, percentile
+from pytest_e2b_env.reward.protocol import Isolation, Limits, Payload, ProtocolError
+from pytest_e2b_env.reward.records import CandidateRecord, Counters, percentile
 from pytest_e2b_env.reward.workers import (
     PreflightError,
     Worker,
@@ -40,42 +39,10 @@ from pytest_e2b_env.reward.workers import (
 )
 
 _POISON = "poison"  # queued when a background creation failed: every waiter raises the pool's failure
-Cases = list[tuple[bytes, Any]]
 
 
 def _run_id(run_id: str | None) -> str:
     return run_id or os.environ.get("PYTEST_E2B_ENV_RUN") or uuid.uuid4().hex[:12]
-
-
-def validate_batch(completions: Sequence[Any], test_cases: Sequence[Any]) -> list[Cases]:
-    """Inputs as bytes and expected values per completion; :class:`ConfigError` names the bad one."""
-    if len(completions) != len(test_cases):
-        raise ConfigError(
-            f"{len(completions)} completions but {len(test_cases)} test_cases lists; "
-            "TRL passes one test_cases entry per completion (a dataset column named test_cases)"
-        )
-    batch: list[Cases] = []
-    for i, cases in enumerate(test_cases):
-        if not isinstance(cases, list | tuple) or not cases:
-            raise ConfigError(
-                f"test_cases[{i}] must be a non-empty list of {{'input', 'output'}}, got {cases!r:.80}"
-            )
-        parsed: Cases = []
-        for j, case in enumerate(cases):
-            if not isinstance(case, dict) or not isinstance(case.get("input"), str):
-                raise ConfigError(f"test_cases[{i}][{j}] needs an 'input' JSON string, got {case!r:.80}")
-            if not isinstance(case.get("output"), str):
-                raise ConfigError(f"test_cases[{i}][{j}] needs an 'output' JSON string, got {case!r:.80}")
-            try:
-                parse_strict(case["input"])
-                expected = parse_strict(case["output"])
-            except BadJSON as exc:
-                raise ConfigError(
-                    f"test_cases[{i}][{j}] is not strict JSON ({exc}); fix the dataset"
-                ) from None
-            parsed.append((case["input"].encode("utf-8"), expected))
-        batch.append(parsed)
-    return batch
 
 
 class RewardPool:
@@ -381,7 +348,7 @@ class RewardPool:
                 answer = await self._client.run(worker, payload, command_timeout)
                 record.exec_seconds += time.monotonic() - ran
                 worker.uses += 1
-                self._grade(record, answer, cases)
+                self._counters.cases += grade_answer(record, answer, cases)
                 self._counters.queue_seconds += record.queue_seconds
                 self._counters.exec_seconds += record.exec_seconds
                 self._counters.candidate_seconds.append(record.queue_seconds + record.exec_seconds)
@@ -406,33 +373,6 @@ class RewardPool:
             finally:
                 self._give_back(keep)
         raise AssertionError("unreachable")  # pragma: no cover
-
-    def _grade(self, record: CandidateRecord, answer: dict[str, Any], cases: Cases) -> None:
-        results = answer.get("cases")
-        if not isinstance(results, list) or len(results) != len(cases):
-            raise ProtocolError(f"runner returned {len(results or [])} case records for {len(cases)} cases")
-        passed = 0
-        for result, (_, expected) in zip(results, cases, strict=True):
-            if result.get("setup_error"):
-                raise ProtocolError(f"runner could not isolate a case: {str(result['setup_error'])[:200]}")
-            output = case_output(result)
-            reason = grade_output(
-                result.get("exit_code"),
-                bool(result.get("timed_out")),
-                output,
-                bool(result.get("output_truncated")),
-                expected,
-            )
-            passed += reason == "passed"
-            record.cases.append(
-                CaseRecord(
-                    reason, result.get("exit_code"), result.get("seconds"), len(output), digest(output)
-                )
-            )
-            self._counters.cases += 1
-        record.score = passed / len(cases)
-        failed = [c.reason for c in record.cases if c.reason != "passed"]
-        record.reason = failed[0] if failed else None
 
     # ----------------------------------------------------------------- workers
     async def _pace(self) -> None:
