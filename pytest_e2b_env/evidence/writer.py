@@ -201,6 +201,7 @@ class _Finisher:
         self._part("coverage.json", lambda: self._json("coverage.json", coverage))
         self._part("junit.xml", lambda: self._junit(coverage))
         self._part("index.html", lambda: self._index(coverage))
+        self._part("logs/evidence-writer.log", lambda: self._writer_log(coverage))
         self._scan_written()
         target = self._target()
         self._write_manifest(coverage)
@@ -270,6 +271,18 @@ class _Finisher:
             events = self.trajectories[case_id]
             self._text(rel, "".join(dumps(self.r.data(e)) + "\n" for e in events))
             self.problems.append(f"trajectory for {case_id!r} has no case record; kept as {rel}")
+
+    def _writer_log(self, coverage: dict[str, Any]) -> None:
+        # The writer's own account; it also keeps logs/ non-empty, since some CI artifact
+        # stores drop empty directories and the layout requires logs/.
+        lines = [
+            f"run {self.w.run_id}: {len(self.cases)} case record(s), {len(self.expected)} expected",
+            "statuses: " + ", ".join(f"{k}={v}" for k, v in coverage["counts"].items()),
+            f"trajectories: {len(self.trajectories)}, cleanup records: {len(self.w._cleanup)}",
+            f"logs from the caller: {', '.join(sorted(self.w._logs)) or 'none'}",
+            *(f"problem: {p}" for p in self.problems),
+        ]
+        self._text("logs/evidence-writer.log", "\n".join(lines) + "\n")
 
     def _write_logs(self) -> None:
         for name, text in sorted(self.w._logs.items()):

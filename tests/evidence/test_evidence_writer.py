@@ -40,6 +40,8 @@ def test_layout_has_every_file(make_bundle):
         assert (bundle / "cases" / case_id / "report.json").is_file()
         assert (bundle / "trajectories" / f"{case_id}.jsonl").is_file()
     assert (bundle / "logs" / "emulator.log").read_text() == "started\nsandbox sb-1 created\n"
+    writer_log = (bundle / "logs" / "evidence-writer.log").read_text()
+    assert writer_log.startswith("run run-1: 5 case record(s), 5 expected\n")
     assert bundle.name == "run-1"
     assert verify_bundle(bundle) == []
 
