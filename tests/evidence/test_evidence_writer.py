@@ -365,3 +365,42 @@ def test_secret_in_case_id_is_redacted_everywhere(tmp_path):
     assert all(secret not in p.read_text() for p in bundle.rglob("*") if p.is_file())
     assert (bundle / "trajectories" / "case-_REDACTED_.jsonl").read_text() == '{"op": "create"}\n'
     assert verify_bundle(bundle, [f"case-{secret}"], secrets=[secret]) == []
+
+
+def test_secrets_in_every_input_are_redacted(tmp_path, monkeypatch):
+    """Secrets given in records, events, cleanup and logs are redacted before anything is written."""
+    env_key = "e2b_" + "9" * 40
+    caller = "caller-secret-value"
+    monkeypatch.setenv("E2B_API_KEY", env_key)
+    writer = BundleWriter(tmp_path, "r", {"mode": "offline"})
+    leak = f"key={env_key} also {caller} and Bearer abcdef0123456789abcdef"
+    writer.add_case(
+        case("a", reason=leak, observed={"stdout": leak}, exceptions=[{"type": "E", "message": leak}])
+    )
+    writer.add_trajectory("a", [{"observation": leak}])
+    writer.add_cleanup([{"sandbox_id": "sb", "role": "worker", "error": leak}])
+    writer.add_log("sandbox", leak)
+    bundle = writer.finish(["a"], [caller], {})
+    for path in bundle.rglob("*"):
+        if path.is_file():
+            text = path.read_text()
+            assert env_key not in text
+            assert caller not in text
+            assert "abcdef0123456789abcdef" not in text
+    assert (
+        bundle / "logs" / "sandbox.log"
+    ).read_text() == "key=[REDACTED] also [REDACTED] and Bearer [REDACTED]"
+    assert verify_bundle(bundle, ["a"], [caller]) == []
+
+
+def test_total_log_cap(tmp_path, monkeypatch):
+    """Logs beyond the total cap are cut and the cut is reported, not hidden."""
+    monkeypatch.setattr("pytest_e2b_env.evidence.writer.MAX_LOGS_TOTAL", 3000)
+    writer = BundleWriter(tmp_path, "r", {"mode": "offline"})
+    writer.add_case(case("a"))
+    writer.add_log("one", "a" * 2500)
+    writer.add_log("two", "b" * 2500)
+    bundle = writer.finish(["a"], [], {})
+    assert len((bundle / "logs" / "two.log").read_text()) < 1200
+    problems = _json(bundle / "run-manifest.json")["problems"]
+    assert problems == ["log two.log cut to fit the 3000-character total log cap"]
