@@ -79,8 +79,14 @@ TRIGGERS: dict[str, tuple[str, ...]] = {
 }
 
 
+_ALL_TRIGGERS = tuple(dict.fromkeys(t for ts in TRIGGERS.values() for t in ts))
+
+
 def _active(text: str) -> list[tuple[str, re.Pattern[str], int]]:
     low = text.lower()
+    # Most strings (ids, timestamps, paths) hold no trigger at all; skip the per-pattern work.
+    if not any(t in low for t in _ALL_TRIGGERS):
+        return []
     return [entry for entry in PATTERNS if any(t in low for t in TRIGGERS[entry[0]])]
 
 
