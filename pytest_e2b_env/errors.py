@@ -30,5 +30,9 @@ class CleanupError(InfrastructureError):
         super().__init__(message + suffix)
 
 
+class PreflightError(InfrastructureError):
+    """A new reward worker failed the isolation preflight; the pool never runs candidates on it."""
+
+
 class EmulatorError(E2BEnvError):
     """The local emulator could not start or was misused (bad port, port in use...)."""

@@ -6,12 +6,12 @@ subject factory for it. The in-sandbox ``runner.py`` and ``probe.py`` are packag
 
 from __future__ import annotations
 
+from pytest_e2b_env.errors import PreflightError
 from pytest_e2b_env.reward.extract import Extracted, extract_code
 from pytest_e2b_env.reward.grading import grade_output, parse_strict, typed_equal
 from pytest_e2b_env.reward.pool import RewardPool
 from pytest_e2b_env.reward.protocol import Isolation, Limits
 from pytest_e2b_env.reward.subject import reward_subject
-from pytest_e2b_env.reward.workers import PreflightError
 
 __all__ = [
     "Extracted",

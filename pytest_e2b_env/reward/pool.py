@@ -23,14 +23,13 @@ import time
 import uuid
 from typing import Any
 
-from pytest_e2b_env.errors import CleanupError, ConfigError, InfrastructureError
+from pytest_e2b_env.errors import CleanupError, ConfigError, InfrastructureError, PreflightError
 from pytest_e2b_env.reward.batch import Cases, grade_answer, validate_batch
 from pytest_e2b_env.reward.extract import extract_code
 from pytest_e2b_env.reward.preflight import check_preflight
 from pytest_e2b_env.reward.protocol import Isolation, Limits, Payload, ProtocolError
 from pytest_e2b_env.reward.records import CandidateRecord, Counters, percentile
 from pytest_e2b_env.reward.workers import (
-    PreflightError,
     Worker,
     WorkerClient,
     describe,

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pytest_e2b_env.errors import PreflightError
 from pytest_e2b_env.reward.protocol import Limits, case_output
-from pytest_e2b_env.reward.workers import PreflightError
 
 # Checks the probe reports from inside a case sandbox.
 INSIDE = (

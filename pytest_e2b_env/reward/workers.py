@@ -25,7 +25,6 @@ from e2b import (
 )
 from e2b.sandbox.sandbox_api import SandboxQuery
 
-from pytest_e2b_env.errors import InfrastructureError
 from pytest_e2b_env.reward.protocol import (
     MAX_COMMAND_BYTES,
     REMOTE_DIR,
@@ -39,10 +38,6 @@ from pytest_e2b_env.reward.protocol import (
 
 ROLE = "reward-worker"
 RUN_KEY = "pytest_e2b_env_run"
-
-
-class PreflightError(InfrastructureError):
-    """A new worker failed the isolation preflight; the pool never runs candidates on it."""
 
 
 def is_transient(exc: BaseException) -> bool:

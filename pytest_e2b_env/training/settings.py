@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pytest_e2b_env.errors import ConfigError
+
 PROG = "train.py"
 MODES = ("reward", "episode")
 # Enough for the warmed-up tiny model's answer: a code fence, or a repair call, its output and submit.
@@ -194,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class MissingKeyError(Exception):
+class MissingKeyError(ConfigError):
     """``E2B_API_KEY`` is absent and ``--offline`` was not given."""
 
 
