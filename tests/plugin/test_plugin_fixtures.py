@@ -53,3 +53,47 @@ def test_fixtures_in_a_users_tests(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_fixtures=FIXTURE_TESTS)
     result = pytester.runpytest("-p", "no:randomly")
     result.assert_outcomes(passed=4)
+
+
+SUBJECT_TESTS = '''
+import asyncio
+import json
+import os
+
+
+def test_reward_pool_scores_with_the_configured_subject(reward_pool, e2b_target):
+    """reward_pool is what the configured factory returns, with the SDK pointed at the target."""
+    assert os.environ["E2B_API_URL"] == e2b_target.sdk_env()["E2B_API_URL"]
+    completion = [{"role": "assistant", "content": "```python\\nprint(3)\\n```"}]
+    scores = asyncio.run(reward_pool([completion], [[{"input": "[1, 2]", "output": "3"}]]))
+    assert scores == [1.0]
+
+
+def test_episode_factory_makes_fresh_instances(episode_factory):
+    """episode_factory makes a new instance per call, as TRL's environment_factory does."""
+    first, second = episode_factory(), episode_factory()
+    assert first is not second
+    task = {"id": "t", "workdir": "/home/user/work", "files": {"report.py": "print(1)"}, "artifact": "report.py",
+            "command": "python3 report.py", "verification": {"files": {}, "expected": 1}}
+    assert first.reset(task=json.dumps(task)) == "ready"
+    assert first.terminal("python3 report.py").strip() == "1"
+    first.submit()
+    assert first.get_reward() == 1.0
+'''
+
+
+def test_subject_fixtures_use_the_ini_subjects(pytester: pytest.Pytester) -> None:
+    """reward_pool and episode_factory build the subjects named by the ini keys."""
+    from pathlib import Path
+
+    from plugin_helpers import REWARD_MODULE
+
+    episode_src = (Path(__file__).resolve().parents[1] / "catalog" / "catalog_subjects.py").read_text()
+    pytester.makepyfile(tinyreward=REWARD_MODULE, tinyepisode=episode_src, test_subjects=SUBJECT_TESTS)
+    pytester.makeini(
+        INI
+        + "pythonpath = .\ne2b_reward_subject = tinyreward:make_reward\n"
+        + "e2b_episode_subject = tinyepisode:TinyEpisode\n"
+    )
+    result = pytester.runpytest("test_subjects.py")
+    result.assert_outcomes(passed=2)
