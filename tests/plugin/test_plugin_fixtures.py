@@ -73,8 +73,9 @@ def test_episode_factory_makes_fresh_instances(episode_factory):
     """episode_factory makes a new instance per call, as TRL's environment_factory does."""
     first, second = episode_factory(), episode_factory()
     assert first is not second
-    task = {"id": "t", "workdir": "/home/user/work", "files": {"report.py": "print(1)"}, "artifact": "report.py",
-            "command": "python3 report.py", "verification": {"files": {}, "expected": 1}}
+    task = {"id": "t", "workdir": "/home/user/work", "files": {"report.py": "print(1)"},
+            "artifact": "report.py", "command": "python3 report.py",
+            "verification": {"files": {}, "expected": 1}}
     assert first.reset(task=json.dumps(task)) == "ready"
     assert first.terminal("python3 report.py").strip() == "1"
     first.submit()
