@@ -166,6 +166,14 @@ class Redactor:
             return out
         if isinstance(value, list | tuple):
             return [self.data(item) for item in value]
+        if (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and self._alternation is not None
+            and self._alternation.search(repr(value))
+        ):
+            # A numeric secret (a PIN, an account number) inside a number: the number goes.
+            return MARKER
         return value
 
     def find(self, text: str) -> list[str]:

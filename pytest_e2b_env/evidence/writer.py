@@ -10,6 +10,7 @@ incomplete and why.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -131,7 +132,7 @@ class BundleWriter:
     def add_log(self, name: str, text: str) -> None:
         """Keep a log under ``logs/``: redacted, each capped at 512 KiB, all together at 8 MiB."""
         with self._lock:
-            safe = _LOG_NAME.sub("_", str(name)).strip(".")[:80] or "log"
+            safe = _LOG_NAME.sub("_", self._early.text(str(name))).strip(".")[:80] or "log"
             if not safe.endswith((".log", ".txt")):
                 safe += ".log"
             previous = self._logs.get(safe, "")
@@ -176,9 +177,10 @@ class _Finisher:
         self.cases = []
         for case in writer._cases:
             redacted = self.r.data(case)
-            # The status is a validated enum the layout depends on; a "secret" equal to it
-            # (absurd, but possible) must not break the bundle, and verify will report it.
-            redacted["status"] = case["status"]
+            # Status and timings are validated fields the layout computes with; a "secret" equal
+            # to one (absurd, but possible) must not break the bundle, and verify reports it.
+            for key in ("status", "seconds", "attempts", "retries"):
+                redacted[key] = case[key]
             self.cases.append(redacted)
         # Case ids were just redacted with the caller's secrets too; key trajectories the same way.
         self.trajectories: dict[str, list[Any]] = {}
@@ -219,14 +221,20 @@ class _Finisher:
                 f"writing {name} failed: {type(exc).__name__}: {self.r.text(str(exc))[:500]}"
             )
 
-    def _text(self, rel: str, text: str) -> None:
+    def _text(self, rel: str, text: str, kind: str = "") -> None:
         path = self.tmp / rel
         path.parent.mkdir(parents=True, exist_ok=True)
+        redacted = self.r.text(text)
+        if kind and redacted != text and not _parses(redacted, kind):
+            # The data was redacted already; a secret matching JSON syntax itself would make
+            # the text-level pass corrupt the file. Keep it valid; the scan reports the rest.
+            self.problems.append(f"{rel}: text-level redaction would break its JSON; data-level kept")
+            redacted = text
         # Lone surrogates (undecodable bytes) cannot be UTF-8; keep them visible as \udcXX.
-        path.write_text(self.r.text(text), encoding="utf-8", errors="backslashreplace")
+        path.write_text(redacted, encoding="utf-8", errors="backslashreplace")
 
     def _json(self, rel: str, value: Any) -> None:
-        self._text(rel, pretty(self.r.data(value)))
+        self._text(rel, pretty(self.r.data(value)), "json")
 
     def _assign_files(self) -> None:
         taken: set[str] = set()
@@ -254,7 +262,7 @@ class _Finisher:
             lines.append(dumps(self.r.data(line)) + "\n")
             report = case_report(case, self.w.run_id, self.w._manifest.get("mode"))
             self._json(case["files"]["report"], report)
-        self._text("cases.jsonl", "".join(lines))
+        self._text("cases.jsonl", "".join(lines), "jsonl")
 
     def _write_trajectories(self) -> None:
         stems: dict[str, str] = {}
@@ -263,13 +271,13 @@ class _Finisher:
             # Every recorded case has a trajectory file, empty when nothing was traced.
             rel = case["files"]["trajectory"]
             events = self.trajectories.get(case["id"], []) if stems[case["id"]] == rel else []
-            self._text(rel, "".join(dumps(self.r.data(e)) + "\n" for e in events))
+            self._text(rel, "".join(dumps(self.r.data(e)) + "\n" for e in events), "jsonl")
         orphans = sorted(set(self.trajectories) - set(stems))
         for case_id in orphans:
             taken = {Path(c["files"]["trajectory"]).stem for c in self.cases}
             rel = f"trajectories/{file_stem(case_id, taken)}.jsonl"
             events = self.trajectories[case_id]
-            self._text(rel, "".join(dumps(self.r.data(e)) + "\n" for e in events))
+            self._text(rel, "".join(dumps(self.r.data(e)) + "\n" for e in events), "jsonl")
             self.problems.append(f"trajectory for {case_id!r} has no case record; kept as {rel}")
 
     def _writer_log(self, coverage: dict[str, Any]) -> None:
@@ -285,8 +293,14 @@ class _Finisher:
         self._text("logs/evidence-writer.log", "\n".join(lines) + "\n")
 
     def _write_logs(self) -> None:
+        written: set[str] = set()
         for name, text in sorted(self.w._logs.items()):
-            self._text(f"logs/{name}", text)
+            # Names were only checked against the environment's secrets so far.
+            safe = _LOG_NAME.sub("_", self.r.text(name))
+            while safe in written:
+                safe = "_" + safe
+            written.add(safe)
+            self._text(f"logs/{safe}", text)
 
     def _cleanup_doc(self) -> dict[str, Any]:
         records = self.w._cleanup
@@ -361,3 +375,16 @@ class _Finisher:
         if target != self.w.final_path:
             self.problems.append(f"{self.w.final_path} appeared during the run; this bundle is {target.name}")
         return target
+
+
+def _parses(text: str, kind: str) -> bool:
+    try:
+        if kind == "json":
+            json.loads(text)
+        else:
+            for line in text.split("\n"):
+                if line.strip():
+                    json.loads(line)
+    except ValueError:
+        return False
+    return True

@@ -404,3 +404,24 @@ def test_total_log_cap(tmp_path, monkeypatch):
     assert len((bundle / "logs" / "two.log").read_text()) < 1200
     problems = _json(bundle / "run-manifest.json")["problems"]
     assert problems == ["log two.log cut to fit the 3000-character total log cap"]
+
+
+def test_numeric_secret_never_corrupts_json(tmp_path):
+    """A numeric secret found inside a number redacts that number and every file stays valid JSON."""
+    writer = BundleWriter(tmp_path, "r", {"mode": "offline"})
+    writer.add_case(case("a", observed={"account": 900012345678, "ratio": 5000000.0}))
+    bundle = writer.finish(["a"], ["12345678", "000000"], {})
+    observed = json.loads((bundle / "cases.jsonl").read_text())["observed"]
+    assert observed == {"account": "[REDACTED]", "ratio": "[REDACTED]"}
+    assert verify_bundle(bundle, ["a"], ["12345678", "000000"]) == []
+
+
+def test_schema_word_as_secret_still_writes_a_bundle(tmp_path):
+    """Even an absurd secret that is part of the schema ('passed') yields a bundle, and verify says why."""
+    writer = BundleWriter(tmp_path, "r", {"mode": "offline"})
+    writer.add_case(case("a"))
+    bundle = writer.finish(["a"], ["passed"], {})
+    assert (bundle / "SHA256SUMS").is_file()
+    assert _json(bundle / "coverage.json")["counts"]["[REDACTED]"] == 1
+    problems = verify_bundle(bundle, ["a"], ["passed"])
+    assert any("a secret value [REDACTED] by the caller" in p for p in problems)  # its own words redacted
