@@ -36,7 +36,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     name, rest = args[0], args[1:]
     if name not in COMMANDS:
-        print(f"pytest-e2b-env: unknown command {name!r}; choose one of: {', '.join(COMMANDS)}", file=sys.stderr)
+        print(
+            f"pytest-e2b-env: unknown command {name!r}; choose one of: {', '.join(COMMANDS)}", file=sys.stderr
+        )
         return 2
     module = importlib.import_module(COMMANDS[name][0])
     return int(module.main(rest) or 0)

@@ -13,7 +13,7 @@ from pytest_e2b_env.errors import E2BEnvError
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="pytest-e2b-env smoke",
-        description="Score fixed candidates (reward) or run two scripted episodes (episode) and print a receipt.",
+        description="Score fixed candidates (reward) or run two scripted episodes; print a receipt.",
     )
     parser.add_argument("subject", choices=["reward", "episode"])
     parser.add_argument("--live", action="store_true", help="run against real E2B (needs E2B_API_KEY)")

@@ -25,8 +25,10 @@ class CaseLoadError(ConfigError):
 
 
 def default_cases_dir() -> Path:
-    """The bundled catalog: ``cases/`` beside the package (a source checkout or editable install)."""
-    return Path(__file__).resolve().parents[2] / "cases"
+    """The bundled catalog (see :mod:`pytest_e2b_env.data`)."""
+    from pytest_e2b_env.data import cases_dir
+
+    return cases_dir()
 
 
 def case_files(paths: Iterable[Path]) -> list[Path]:

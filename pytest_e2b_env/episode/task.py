@@ -9,15 +9,15 @@ from __future__ import annotations
 import json
 import posixpath
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from pytest_e2b_env.data import fixtures_dir
 from pytest_e2b_env.errors import ConfigError
 
 #: Where the bundled tasks live (``fixtures/episode/<id>/task.json``) in a source checkout.
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "episode"
+FIXTURES = fixtures_dir() / "episode"
 
 
 class Limits(BaseModel):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_e2b_env.data import fixtures_dir
 from pytest_e2b_env.errors import CleanupError, ConfigError, InfrastructureError
 from pytest_e2b_env.training.timing import StageClock, timed, timed_env_class, tool_methods
 from pytest_e2b_env.training.tiny import Example
@@ -181,7 +182,7 @@ def _essential(commands: list[str], task: dict[str, Any]) -> list[str]:
 
 
 #: Bundled task data of a source checkout (fixtures are not package data).
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+FIXTURES = fixtures_dir()
 
 
 def load_reward_tasks(path: Path | None = None) -> dict[str, list[dict[str, Any]]]:
