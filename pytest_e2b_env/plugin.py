@@ -109,6 +109,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     runtime = _runtime(config)
     from pytest_e2b_env.catalog.items import catalog_wanted
 
+    if runtime.settings.live and not hasattr(config, "workerinput"):
+        from pytest_e2b_env.catalog.target import stale_run_lines
+
+        runtime.stale_runs = stale_run_lines(runtime.settings.run_id)
     eager = not (_is_dist_controller(config) or runtime.settings.live or config.option.collectonly)
     if eager and catalog_wanted(config, runtime.settings):
         # A startup failure is remembered; each case then reports it with its message.
@@ -137,7 +141,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     lines = [f"e2b: mode={settings.mode} run_id={settings.run_id} isolation={isolation}"]
     if subjects:
         lines.append(f"e2b subjects: {subjects}")
-    return lines
+    return lines + [f"e2b: {line}" for line in runtime.stale_runs]
 
 
 @pytest.hookimpl(tryfirst=True)

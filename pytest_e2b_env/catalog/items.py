@@ -34,6 +34,7 @@ class Runtime:
         self._target: Target | None = None
         self._failure: str | None = None
         self._cases: list[Case] | None = None
+        self.stale_runs: list[str] = []  # live only: earlier runs with sandboxes still alive
 
     def target(self) -> Target:
         """The emulator or live proxy of this process, started on first use."""

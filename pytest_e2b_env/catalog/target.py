@@ -130,6 +130,29 @@ class Target:
             closer()
 
 
+def stale_run_lines(run_id: str) -> list[str]:
+    """Header lines naming earlier runs whose tagged sandboxes are still alive on live E2B.
+
+    Interrupted runs leak sandboxes that bill until their lifetime ends; saying so at session start,
+    with the command that removes them, is the cheapest place to catch it. Never raises: a failed
+    check is itself one line, and the run goes on.
+    """
+    from pytest_e2b_env.proxy import DEFAULT_DOMAIN, LIVE_API_URL_ENV
+    from pytest_e2b_env.reap import describe_stale_runs, find_stale_runs
+
+    domain = os.environ.get("E2B_DOMAIN") or DEFAULT_DOMAIN
+    opts = {
+        "api_key": os.environ.get("E2B_API_KEY", ""),
+        "api_url": os.environ.get(LIVE_API_URL_ENV) or f"https://api.{domain}",
+    }
+    try:
+        runs = find_stale_runs(opts, exclude_run_id=run_id)
+    except Exception as exc:
+        failed = type(exc).__name__
+        return [f"stale-run check failed ({failed}); list them with: pytest-e2b-env reap --live --list"]
+    return describe_stale_runs(runs, live=True)
+
+
 def open_target(live: bool, run_id: str) -> Target:
     """Start the emulator (offline) or the fault proxy in front of real E2B (live)."""
     if live:
