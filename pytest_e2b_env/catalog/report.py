@@ -142,6 +142,7 @@ class EvidenceReporter:
                 self.info["catalog_hash"] = f"unavailable: {type(exc).__name__}"
         manifest = {
             "mode": self.settings.mode,
+            "started_at": self.started,  # the writer is built at session end: pass the real start
             "catalog_hash": self.info.get("catalog_hash"),
             "seeds": {"catalog": 0},
             "isolation": self.info.get("isolation"),
