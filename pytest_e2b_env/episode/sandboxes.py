@@ -115,7 +115,8 @@ def confirm_gone(target: SandboxTarget, ids: list[str], *, attempts: int = 3) ->
                 break
             except Exception as exc:  # any SDK/transport failure is retried, then reported
                 error = type(exc).__name__
-            time.sleep(0.1 * (attempt + 1))
+            if attempt + 1 < attempts:  # back off before the next try; none after the last one
+                time.sleep(0.1 * (attempt + 1))
         else:
             records.append({"sandbox_id": sandbox_id, "error": error})
             unresolved.append(sandbox_id)
