@@ -17,6 +17,8 @@ from typing import Any
 from pytest_e2b_env.errors import ConfigError, InfrastructureError
 
 RUN_ENV = "PYTEST_E2B_ENV_RUN"
+#: "offline" (the local emulator) or "live" (real E2B behind the fault proxy), set next to the run id.
+MODE_ENV = "PYTEST_E2B_ENV_MODE"
 SDK_KEYS = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")
 
 
@@ -68,9 +70,10 @@ class Target:
         return self.backend.faults
 
     def sdk_env(self) -> dict[str, str]:
-        """The E2B_* variables that point the real SDK at this target, plus the run id."""
+        """The E2B_* variables that point the real SDK at this target, plus the run id and mode."""
         env = {key: str(value) for key, value in self.backend.sdk_env().items()}
         env[RUN_ENV] = self.run_id
+        env[MODE_ENV] = self.mode
         return env
 
     @property
