@@ -73,10 +73,10 @@ class CaseResult:
 
 
 class SandboxWatcher:
-    """Polls the target's live sandboxes while a case runs, to learn how each was created.
+    """Pins a case's deferred faults to the n-th sandbox it creates, as soon as the ledger shows it.
 
-    The ledger names a create but not its settings; a verifier may live only inside submit(),
-    so its ``allow_internet_access`` is read while it is alive.
+    Only the ledger is read: each create entry already carries the sandbox's settings
+    (``allow_internet_access``), so nothing has to be caught alive.
     """
 
     def __init__(
@@ -86,7 +86,6 @@ class SandboxWatcher:
         self.period = period
         self.mark = mark
         self.deferred = list(deferred)
-        self.seen: dict[str, dict[str, Any]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="e2b-sandbox-watcher", daemon=True)
 
@@ -105,18 +104,9 @@ class SandboxWatcher:
                 self.deferred.remove(fault)
 
     def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
+        while self.deferred and not self._stop.is_set():
+            with contextlib.suppress(Exception):  # the target may be busy or gone; poll again
                 self._arm()
-                for box in self.target.sandboxes():
-                    sid = str(box.get("sandbox_id"))
-                    if sid not in self.seen:
-                        self.seen[sid] = {
-                            "allow_internet_access": box.get("allow_internet_access"),
-                            "role": (box.get("metadata") or {}).get("role"),
-                        }
-            except Exception:  # the target may be busy or gone; the next poll tries again
-                pass
             self._stop.wait(self.period)
 
     def __enter__(self) -> SandboxWatcher:
@@ -129,14 +119,16 @@ class SandboxWatcher:
 
 
 def _create_info(target: Target, obs: Observation) -> None:
-    """Internet access per created sandbox, from the create request body in the ledger detail."""
+    """Internet access per created sandbox, as the target's ledger recorded it at create."""
     for entry in obs.ops("create"):
         sid = entry.get("sandbox_id")
         if not sid:
             continue
         detail = entry.get("detail") or ""
         info: dict[str, Any] = {"created_at": entry.get("t")}
-        if isinstance(detail, dict):
+        if isinstance(entry.get("allow_internet_access"), bool):
+            info["allow_internet_access"] = entry["allow_internet_access"]
+        elif isinstance(detail, dict):
             info["allow_internet_access"] = detail.get("allow_internet_access")
         else:
             match = re.search(r"allow_?[iI]nternet_?[aA]ccess\W+(\w+)", str(detail))
@@ -219,7 +211,7 @@ def run_case(
             target.faults.add(**fault.add_kwargs())
     obs: Observation
     watcher: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
-    if "verifier_offline" in case.expect or deferred:
+    if deferred:
         watcher = SandboxWatcher(target, mark=mark, deferred=deferred)
     with target.scoped_env(), watcher:
         try:
@@ -234,9 +226,6 @@ def run_case(
     target.faults.clear()  # again: the watcher may have pinned a deferred fault at the very end
     obs.ledger = target.ledger(since=mark)
     _create_info(target, obs)
-    if isinstance(watcher, SandboxWatcher):
-        for sid, info in watcher.seen.items():
-            obs.create_info.setdefault(sid, {}).update({k: v for k, v in info.items() if v is not None})
     _cleanup(target, obs, run_sweep="leaked_after_sweep" in case.expect)
     not_applicable_reason = not_applicable(case, obs)
     if not_applicable_reason is not None:

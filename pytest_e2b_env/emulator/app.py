@@ -35,6 +35,8 @@ ENVD_PORT = "49983"
 SCOPE_SANDBOX = (
     "pytest_e2b_env.sandbox_id"  # set when the answer names a sandbox the request did not (create)
 )
+#: set when the request created a sandbox: its internet setting, for the ledger entry
+SCOPE_INTERNET = "pytest_e2b_env.allow_internet_access"
 CONTROL_HEADER = "x-emulator-key"
 log = logging.getLogger("pytest_e2b_env.emulator")
 
@@ -165,6 +167,7 @@ class EmulatorApp:
                 sandbox_id=scope.get(SCOPE_SANDBOX) or sandbox_id,
                 status=status,
                 detail=str(fault or ""),
+                allow_internet_access=scope.get(SCOPE_INTERNET),
             )
 
         async def send_recorded(message: Any) -> None:
@@ -200,6 +203,9 @@ class EmulatorApp:
         )
         if concerned is not None:
             scope[SCOPE_SANDBOX] = concerned
+            created = self.registry.get(concerned) if reply[0] == 201 else None
+            if created is not None:  # only create answers 201 with a sandbox
+                scope[SCOPE_INTERNET] = created.allow_internet_access
         await send_answer(send, reply)
 
     async def _envd(

@@ -43,7 +43,9 @@ def op_for(route: str) -> str:
 class Ledger:
     """An append-only, thread-safe list of entries with absolute sequence numbers.
 
-    Entries are dicts ``{"seq", "t", "method", "route", "sandbox_id", "status", "op", "detail"}``.
+    Entries are dicts ``{"seq", "t", "method", "route", "sandbox_id", "status", "op", "detail"}``;
+    an entry whose answer created a sandbox also carries ``"allow_internet_access"`` (bool), the
+    setting the sandbox got, so a reader never has to catch a short-lived sandbox alive to learn it.
     Only the newest ``capacity`` entries are kept; marks stay valid because they are sequence
     numbers, not list indexes.
     """
@@ -62,10 +64,11 @@ class Ledger:
         sandbox_id: str | None = None,
         status: int | None = None,
         detail: str = "",
+        allow_internet_access: bool | None = None,
     ) -> dict[str, Any]:
         """Append one entry and return it."""
         with self._lock:
-            entry = {
+            entry: dict[str, Any] = {
                 "seq": self._next,
                 "t": time.time(),
                 "method": method,
@@ -75,6 +78,8 @@ class Ledger:
                 "op": op,
                 "detail": detail,
             }
+            if allow_internet_access is not None:
+                entry["allow_internet_access"] = allow_internet_access
             self._next += 1
             self._entries.append(entry)
             return entry

@@ -224,7 +224,8 @@ class FaultProxy:
         """Ledger entries since a mark, oldest first, in the emulator's format.
 
         Each: ``{"seq", "t", "method", "route", "sandbox_id", "status", "op", "detail"}``; a
-        faulted request is ``op="fault"`` with the rule in ``detail``; a ``lose_sandbox`` fault
+        faulted request is ``op="fault"`` with the rule in ``detail``; an entry that created a
+        sandbox also has ``"allow_internet_access"``; a ``lose_sandbox`` fault
         adds an ``op="kill"`` entry with ``detail`` starting ``"lost (fault)"``.
         """
         return self._ledger.since(since)

@@ -2,7 +2,8 @@
 
 Sits outside the fault middleware, so an injected answer is recorded with the status the SDK
 saw and the fault's label in ``detail``. Create and connect answers are small JSON documents;
-they are teed (never held back) to learn the new sandbox's id and domain.
+they are teed (never held back) to learn the new sandbox's id and domain; a create entry also
+carries the sandbox's ``allow_internet_access``, read from the create request (E2B's rule).
 """
 
 from __future__ import annotations
@@ -97,12 +98,13 @@ class RecordingMiddleware:
                 return
             state["recorded"] = True
             found = sandbox_id
+            internet = None
             if tee and state["status"] is not None and state["status"] < 300:
                 new_id, domain = sandbox_of_answer(bytes(state["body"]))
                 if new_id:
                     found = new_id
+                    internet = internet_of_create(bytes(request_body)) if op == "create" else None
                     if self.on_sandbox is not None:
-                        internet = internet_of_create(bytes(request_body)) if op == "create" else None
                         self.on_sandbox(new_id, domain, internet)
             fault = scope.get(SCOPE_FAULT)
             # As in the emulator's ledger: a faulted request is op "fault", its label the detail.
@@ -113,6 +115,7 @@ class RecordingMiddleware:
                 sandbox_id=found,
                 status=state["status"],
                 detail=str(fault or ""),
+                allow_internet_access=internet,  # as the emulator: on entries that created a sandbox
             )
 
         async def recording_send(message: Message) -> None:
