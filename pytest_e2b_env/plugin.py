@@ -159,6 +159,13 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                 item.add_marker(skip)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start what the collected catalog cases will need in the background (the OpenEnv server)."""
+    runtime = _runtime(session.config)
+    if runtime.target_if_open is not None and not session.config.option.collectonly:
+        runtime.warm_up(session.items)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     """Ship a catalog case's record on its call report (xdist forwards it to the controller)."""

@@ -6,7 +6,9 @@ Items hang under a :class:`CatalogCollector` named ``e2b-catalog`` (node ids
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 from typing import Any
 
 import pytest
@@ -18,6 +20,9 @@ from pytest_e2b_env.catalog.target import Target, open_target
 from pytest_e2b_env.errors import InfrastructureError
 
 COLLECTOR_NAME = "e2b-catalog"
+REFERENCE_EPISODE = "pytest_e2b_env.episode:ReportEpisode"
+#: A running OpenEnv server the reference episode uses instead of starting its own.
+OPENENV_URL_ENV = "PYTEST_E2B_ENV_OPENENV_URL"
 settings_key = pytest.StashKey[Settings]()
 runtime_key = pytest.StashKey["Runtime"]()
 
@@ -67,6 +72,30 @@ class Runtime:
                         extra.extend(parse_cases_from_dicts([raw], "pytest_e2b_env_cases hook"))
             self._cases = load_cases(self.settings.cases, extra)
         return self._cases
+
+    def warm_up(self, items: list[pytest.Item]) -> None:
+        """Start the reference episode's OpenEnv server in the background when its cases run here.
+
+        The server start (openenv imports gradio: 5-8 s) otherwise lands inside the first episode
+        case; started now, with the very settings a case scopes in, it overlaps the cases before.
+        Only for the bundled reference subject and an already open target; user subjects and
+        ``PYTEST_E2B_ENV_OPENENV_URL`` are left alone.
+        """
+        target = self._target
+        if target is None or os.environ.get(OPENENV_URL_ENV):
+            return
+        if not any(
+            isinstance(item, CaseItem)
+            and item.case.subject == "episode"
+            and item.subject == REFERENCE_EPISODE
+            for item in items
+        ):
+            return
+        # The cases import the SDK anyway; doing it here keeps it out of two threads at once.
+        importlib.import_module("e2b")
+        from pytest_e2b_env.episode.server import prestart_shared_server
+
+        prestart_shared_server({**os.environ, **target.sdk_env()})
 
     def close(self) -> None:
         """Sweep the run's sandboxes and stop the target."""

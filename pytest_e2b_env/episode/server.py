@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import functools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pytest_e2b_env.episode.sandboxes import SandboxTarget
@@ -96,16 +97,38 @@ _SHARED: dict[Any, LoopbackServer] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def shared_server(env: Callable[..., Any] | None = None) -> str:
-    """URL of this process's loopback server for ``env``, started on first use with the E2B_* settings."""
+def shared_server(env: Callable[..., Any] | None = None, environ: Mapping[str, str] | None = None) -> str:
+    """URL of this process's loopback server for ``env``, started on first use with the E2B_* settings.
+
+    The settings are read from ``environ`` (default ``os.environ``) only when the server starts.
+    """
     with _SHARED_LOCK:
         server = _SHARED.get(env)
         if server is None:
-            server = LoopbackServer(create_app(env, target=SandboxTarget.from_env())).start()
+            server = LoopbackServer(create_app(env, target=SandboxTarget.from_env(environ))).start()
             if not _SHARED:
                 atexit.register(close_shared_servers)
             _SHARED[env] = server
         return server.url
+
+
+def prestart_shared_server(environ: Mapping[str, str]) -> threading.Thread:
+    """Start the reference server (:func:`shared_server`) in a background thread with ``environ``.
+
+    Importing openenv (it imports gradio) and starting uvicorn takes seconds; a caller that knows
+    episodes are coming, with which E2B_* settings, pays it while doing other work. The first
+    ``reset`` then waits for this start (same lock) instead of starting its own. A failure here
+    is not reported: that ``reset`` starts the server again and raises what it meets.
+    """
+    settings = dict(environ)
+
+    def start() -> None:
+        with contextlib.suppress(Exception):
+            shared_server(None, settings)
+
+    thread = threading.Thread(target=start, name="episode-openenv-prestart", daemon=True)
+    thread.start()
+    return thread
 
 
 def close_shared_servers() -> None:
