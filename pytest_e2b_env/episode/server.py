@@ -98,17 +98,21 @@ _SHARED_LOCK = threading.Lock()
 
 
 def shared_server(env: Callable[..., Any] | None = None, environ: Mapping[str, str] | None = None) -> str:
-    """URL of this process's loopback server for ``env``, started on first use with the E2B_* settings.
+    """URL of this process's loopback server for ``env`` and the E2B_* settings of ``environ``.
 
-    The settings are read from ``environ`` (default ``os.environ``) only when the server starts.
+    One server per (environment class, settings): a process that points the SDK at another target
+    (a new emulator, another run id) gets a server of its own instead of one still talking to the
+    old target. ``environ`` defaults to ``os.environ``.
     """
+    target = SandboxTarget.from_env(environ)
+    key = (env, target)
     with _SHARED_LOCK:
-        server = _SHARED.get(env)
+        server = _SHARED.get(key)
         if server is None:
-            server = LoopbackServer(create_app(env, target=SandboxTarget.from_env(environ))).start()
+            server = LoopbackServer(create_app(env, target=target)).start()
             if not _SHARED:
                 atexit.register(close_shared_servers)
-            _SHARED[env] = server
+            _SHARED[key] = server
         return server.url
 
 

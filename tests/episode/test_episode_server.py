@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from pytest_e2b_env.emulator import Emulator
+from pytest_e2b_env.episode.client import ReportEpisode
 from pytest_e2b_env.episode.sandboxes import RUN_KEY, SandboxTarget
 from pytest_e2b_env.episode.server import LoopbackServer
 
@@ -45,3 +46,21 @@ def test_stateless_http_reset_leaves_nothing(
     httpx.post(f"{server.url}/step", json={"action": {"type": "submit"}}, timeout=30)
     assert [e for e in emu.ledger(since=mark) if e["op"] == "create"] == []
     assert [s for s in emu.sandboxes() if (s.get("metadata") or {}).get(RUN_KEY) == target.run_id] == []
+
+
+def test_zero_argument_episode_follows_the_current_sdk_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ReportEpisode() after the SDK is pointed at a new emulator uses a server talking to that one."""
+    from pytest_e2b_env.episode.task import task_row
+
+    monkeypatch.delenv("PYTEST_E2B_ENV_OPENENV_URL", raising=False)
+    for round_ in range(2):
+        with Emulator() as emulator:
+            for key, value in emulator.sdk_env().items():
+                monkeypatch.setenv(key, value)
+            monkeypatch.setenv("PYTEST_E2B_ENV_RUN", f"follow-{round_}")
+            env = ReportEpisode()
+            env.reset(**task_row("weekly-sales"))
+            env.submit()
+            assert env.get_reward() == 0.0  # the buggy starter program, graded by this emulator's verifier
+            created = [e for e in emulator.ledger() if e["op"] == "create"]
+            assert len(created) == 2, created  # policy and verifier, both on this round's emulator
