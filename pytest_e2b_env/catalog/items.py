@@ -6,9 +6,11 @@ Items hang under a :class:`CatalogCollector` named ``e2b-catalog`` (node ids
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
+import sys
 from typing import Any
 
 import pytest
@@ -98,9 +100,16 @@ class Runtime:
         prestart_shared_server({**os.environ, **target.sdk_env()})
 
     def close(self) -> None:
-        """Sweep the run's sandboxes and stop the target."""
+        """Stop the reference OpenEnv server, sweep the run's sandboxes and stop the target."""
         if self._target is not None:
             target, self._target = self._target, None
+            server = sys.modules.get("pytest_e2b_env.episode.server")
+            if server is not None:
+                # Sessions kept open over sandboxes that would not die release them on close; done
+                # while the target still answers, that takes a request each, not retries against a
+                # stopped emulator at interpreter exit (seconds per session).
+                with contextlib.suppress(Exception):
+                    server.close_shared_servers()
             try:
                 target.sweep()
             finally:
