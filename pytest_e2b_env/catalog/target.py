@@ -11,9 +11,9 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
+from pytest_e2b_env.environ import scoped_environ
 from pytest_e2b_env.errors import ConfigError, InfrastructureError
 
 RUN_ENV = "PYTEST_E2B_ENV_RUN"
@@ -25,21 +25,6 @@ SDK_KEYS = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")
 def new_run_id() -> str:
     """A short, unique, metadata-safe run id."""
     return "run-" + uuid.uuid4().hex[:12]
-
-
-@contextlib.contextmanager
-def patched_environ(values: dict[str, str]) -> Iterator[None]:
-    """Set ``values`` in ``os.environ`` for the block, then restore every key exactly."""
-    saved = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, old in saved.items():
-            if old is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = old
 
 
 class Target:
@@ -83,7 +68,7 @@ class Target:
 
     def scoped_env(self) -> contextlib.AbstractContextManager[None]:
         """Point the SDK at the target for the duration of a block only."""
-        return patched_environ(self.sdk_env())
+        return scoped_environ(self.sdk_env())
 
     def sandboxes(self) -> list[dict[str, Any]]:
         """Sandboxes alive right now (on the emulator, or seen alive through the proxy)."""

@@ -24,7 +24,15 @@ from pytest_e2b_env.emulator import routes
 from pytest_e2b_env.emulator.control_plane import Answer, ControlPlane, answer, api_key_ok, error
 from pytest_e2b_env.emulator.envd_files import FilesystemService, files_api
 from pytest_e2b_env.emulator.envd_process import ProcessService
-from pytest_e2b_env.emulator.faults import SCOPE_FAULT, FaultMiddleware, FaultPlan, Receive, Scope, Send
+from pytest_e2b_env.emulator.faults import (
+    SCOPE_FAULT,
+    FaultMiddleware,
+    FaultPlan,
+    Receive,
+    Scope,
+    Send,
+    read_body,
+)
 from pytest_e2b_env.emulator.ledger import Ledger, op_for
 from pytest_e2b_env.emulator.sandboxes import Registry
 
@@ -43,19 +51,6 @@ log = logging.getLogger("pytest_e2b_env.emulator")
 
 def _headers(scope: Scope) -> dict[str, str]:
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-
-
-async def read_body(receive: Receive) -> bytes:
-    """The whole request body (always drained: an unread chunked upload upsets the SDK's client)."""
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            break
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body"):
-            break
-    return b"".join(chunks)
 
 
 async def send_answer(send: Send, reply: Answer) -> None:

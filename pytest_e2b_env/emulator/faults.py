@@ -194,7 +194,8 @@ def _body_text(body: bytes) -> str:
         return text
 
 
-async def _read_body(receive: Receive) -> bytes:
+async def read_body(receive: Receive) -> bytes:
+    """The whole request body (always drained: an unread chunked upload upsets the SDK's client)."""
     chunks = []
     while True:
         message = await receive()
@@ -256,7 +257,7 @@ class FaultMiddleware:
         request = f"{method} {path}"
         body_text: str | None = None
         if self.plan.needs_body(request, template, sandbox_id):
-            body = await _read_body(receive)
+            body = await read_body(receive)
             receive = _replay(body, receive)
             body_text = _body_text(body)
         picked = self.plan.pick(request, template, sandbox_id, body_text)
@@ -267,7 +268,7 @@ class FaultMiddleware:
         answer = rule.answer
         scope[SCOPE_FAULT] = f"{rule_id}: {answer.describe()}"
         if answer.status is not None or answer.kill_fails:
-            await _read_body(receive)  # always drain: an unread chunked body upsets the SDK's client
+            await read_body(receive)  # always drain: an unread chunked body upsets the SDK's client
             status = answer.status if answer.status is not None else 500
             extra = (
                 [(b"retry-after", str(answer.retry_after).encode())] if answer.retry_after is not None else []

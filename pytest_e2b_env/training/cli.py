@@ -15,10 +15,11 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pytest_e2b_env.environ import scoped_environ
 from pytest_e2b_env.training.record import RunRecord
 from pytest_e2b_env.training.settings import PROG, MissingKeyError, TrainSettings, parse_settings
 from pytest_e2b_env.training.subjects import Target
@@ -33,25 +34,6 @@ OFFLINE_ENV = {
     "TRL_EXPERIMENTAL_SILENCE": "1",
     "HF_HUB_DISABLE_TELEMETRY": "1",
 }
-
-
-@contextlib.contextmanager
-def scoped_environ(values: Mapping[str, str | None]) -> Iterator[None]:
-    """Set (or, for None, remove) environment variables for the duration of the block."""
-    saved = {key: os.environ.get(key) for key in values}
-    try:
-        for key, value in values.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        yield
-    finally:
-        for key, old in saved.items():
-            if old is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = old
 
 
 class Progress:
