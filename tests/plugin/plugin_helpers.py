@@ -6,8 +6,11 @@ The subjects use the real e2b SDK against whatever target the plugin points them
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 REWARD_MODULE = '''
 import base64, json, re
@@ -99,3 +102,24 @@ def only_bundle(root: Path) -> Path:
 def read_json(path: Path) -> Any:
     """Parse a JSON file."""
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def write_project(
+    pytester: pytest.Pytester, subject: str = "tinyreward:make_reward", extra: str = ""
+) -> None:
+    """A user project: its own reward module and case file, ini keys pointing at them."""
+    pytester.makepyfile(tinyreward=REWARD_MODULE)
+    (pytester.path / "mycases").mkdir(exist_ok=True)
+    (pytester.path / "mycases" / "reward.toml").write_text(CASES)
+    pytester.makeini(
+        textwrap.dedent(
+            f"""
+            [pytest]
+            e2b_reward_subject = {subject}
+            e2b_cases = mycases
+            pythonpath = .
+            asyncio_default_fixture_loop_scope = function
+            """
+        )
+        + extra
+    )

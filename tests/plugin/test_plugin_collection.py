@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from conftest import write_project
+from plugin_helpers import write_project
 
 BAD_CASE = """
 [[case]]

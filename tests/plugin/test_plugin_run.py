@@ -5,8 +5,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 import pytest
-from conftest import write_project
-from plugin_helpers import CASE_IDS, only_bundle, read_json
+from plugin_helpers import CASE_IDS, only_bundle, read_json, write_project
 
 BUNDLE_FILES = {
     "run-manifest.json",
