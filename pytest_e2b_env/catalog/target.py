@@ -103,12 +103,20 @@ class Target:
         return sandbox_id not in self.alive_ids()
 
     def sweep(self) -> list[str]:
-        """Kill every live sandbox tagged with this run id; return the ids that would not die."""
+        """Kill every live sandbox of this run created through this target; the ids that would not die.
+
+        Under xdist every worker shares the run id but has a target of its own, and live they share
+        one E2B account: sweeping only what this target's ledger saw created keeps one worker from
+        killing another worker's sandboxes in the middle of a case.
+        """
+        mine = {e["sandbox_id"] for e in self.ledger() if e.get("op") == "create" and e.get("sandbox_id")}
         stuck = []
         for box in self.sandboxes():
             meta = box.get("metadata") or {}
-            if meta.get("pytest_e2b_env_run") == self.run_id and not self.kill(str(box["sandbox_id"])):
-                stuck.append(str(box["sandbox_id"]))
+            sandbox_id = str(box["sandbox_id"])
+            ours = meta.get("pytest_e2b_env_run") == self.run_id and sandbox_id in mine
+            if ours and not self.kill(sandbox_id):
+                stuck.append(sandbox_id)
         return stuck
 
     def close(self) -> None:

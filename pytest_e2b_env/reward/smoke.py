@@ -75,7 +75,7 @@ async def _score(api_opts: dict[str, str] | None, run_id: str) -> dict[str, Any]
     client = WorkerClient(
         template="base", run_id=run_id, lifetime_seconds=60, request_timeout=15, api_opts=api_opts
     )
-    leftover = await client.list_ids()
+    leftover = await client.list_ids(whole_run=True)
     return {
         "scores": dict(zip(names, scores, strict=True)),
         "expected": EXPECTED,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,9 @@ from pytest_e2b_env.reward.protocol import (
 
 ROLE = "reward-worker"
 RUN_KEY = "pytest_e2b_env_run"
+# Several pools share one run id (xdist workers, parallel trainers): the pool tag keeps each
+# pool's sweep to its own workers, so one pool's close() never kills another's.
+POOL_KEY = "pool"
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -88,7 +92,9 @@ class WorkerClient:
         lifetime_seconds: int,
         request_timeout: float,
         api_opts: dict[str, Any] | None,
+        pool_id: str | None = None,
     ) -> None:
+        self.pool_id = pool_id or uuid.uuid4().hex[:12]
         self.template = template
         self.run_id = run_id
         self.lifetime_seconds = lifetime_seconds
@@ -98,7 +104,7 @@ class WorkerClient:
     @property
     def metadata(self) -> dict[str, str]:
         """The tags every worker carries, also the sweep's query."""
-        return {RUN_KEY: self.run_id, "role": ROLE}
+        return {RUN_KEY: self.run_id, "role": ROLE, POOL_KEY: self.pool_id}
 
     def _opts(self) -> dict[str, Any]:
         return {"request_timeout": self.request_timeout, **self.api_opts}
@@ -145,9 +151,10 @@ class WorkerClient:
         """Kill by id; a sandbox that is already gone counts as killed (kill returns False)."""
         await AsyncSandbox.kill(sandbox_id, **self._opts())
 
-    async def list_ids(self) -> list[str]:
-        """Ids of every running or paused sandbox tagged with this run's worker metadata."""
-        paginator = AsyncSandbox.list(query=SandboxQuery(metadata=self.metadata), **self._opts())
+    async def list_ids(self, *, whole_run: bool = False) -> list[str]:
+        """Ids of every running or paused worker of this pool (of every pool of the run: ``whole_run``)."""
+        tags = {RUN_KEY: self.run_id, "role": ROLE} if whole_run else self.metadata
+        paginator = AsyncSandbox.list(query=SandboxQuery(metadata=tags), **self._opts())
         ids: list[str] = []
         while paginator.has_next:
             ids += [info.sandbox_id for info in await paginator.next_items()]

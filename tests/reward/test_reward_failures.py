@@ -191,7 +191,9 @@ async def test_worker_tags_and_no_internet(make_pool: Callable[..., RewardPool],
     (sandbox,) = [
         s for s in emulator.sandboxes() if (s.get("metadata") or {}).get("pytest_e2b_env_run") == "tagged-run"
     ]
-    assert sandbox["metadata"] == {"pytest_e2b_env_run": "tagged-run", "role": "reward-worker"}
+    tags = sandbox["metadata"]
+    assert tags == {"pytest_e2b_env_run": "tagged-run", "role": "reward-worker", "pool": tags["pool"]}
+    assert len(tags["pool"]) == 12
     assert sandbox["allow_internet_access"] is False
 
 
