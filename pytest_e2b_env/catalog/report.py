@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pytest_e2b_env.catalog.items import COLLECTOR_NAME
+from pytest_e2b_env.catalog.items import COLLECTOR_NAME, skipped_record
 from pytest_e2b_env.catalog.settings import Settings
 
 PREFIX = COLLECTOR_NAME + "::"
@@ -115,23 +115,8 @@ class EvidenceReporter:
         stopped = bool(session.shouldstop or session.shouldfail)
         for case_id in self.expected:
             if case_id not in self.records and stopped:
-                self.records[case_id] = {
-                    "id": case_id,
-                    "subject": case_id.split("-", 1)[0],
-                    "family": "unknown",
-                    "description": "",
-                    "status": "skipped",
-                    "reason": "not run: the session stopped early "
-                    f"({session.shouldstop or session.shouldfail})",
-                    "expected": {},
-                    "observed": {},
-                    "criteria": [],
-                    "seconds": 0.0,
-                    "rewards": None,
-                    "exceptions": [],
-                    "attempts": 0,
-                    "retries": 0,
-                }
+                reason = f"not run: the session stopped early ({session.shouldstop or session.shouldfail})"
+                self.records[case_id] = skipped_record(case_id, reason)
         if not self.info.get("catalog_hash"):
             try:
                 from pytest_e2b_env.catalog.items import runtime_key
