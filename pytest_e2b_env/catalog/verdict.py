@@ -14,6 +14,7 @@ from typing import Any
 
 from pytest_e2b_env.catalog.model import PREDICATES, Case
 from pytest_e2b_env.catalog.observe import Call, Observation
+from pytest_e2b_env.evidence.records import criterion
 
 Judge = Callable[[Any, Observation], tuple[bool, Any]]
 REFERENCE_CLASSES = ("InfrastructureError", "CleanupError")
@@ -271,28 +272,18 @@ JUDGES: dict[str, Judge] = {
 assert set(JUDGES) == set(PREDICATES), "every predicate needs a judge"
 
 
-def _criterion(cid: str, description: str, passed: bool, expected: Any, actual: Any) -> dict[str, Any]:
-    return {
-        "id": cid,
-        "description": description,
-        "passed": bool(passed),
-        "expected": expected,
-        "actual": actual,
-    }
-
-
 def judge(case: Case, obs: Observation, reference: bool, secrets: list[str]) -> list[dict[str, Any]]:
     """Every criterion for a case: its own predicates, then the global checks."""
     criteria = []
     for name, expected in case.expect.items():
         passed, actual = JUDGES[name](expected, obs)
-        criteria.append(_criterion(name, PREDICATES[name], passed, expected, actual))
+        criteria.append(criterion(name, PREDICATES[name], passed, expected, actual))
     raises = case.expect.get("raises")
     if isinstance(raises, str) and raises != "any":
         # A third party's exception type is its own business; ours must carry the documented class.
         passed, actual = _raises_class(raises, obs)
         criteria.append(
-            _criterion(
+            criterion(
                 "raises-class",
                 "the reference code raises the documented class (not required of third-party code)",
                 passed or not reference,
@@ -313,7 +304,7 @@ def judge(case: Case, obs: Observation, reference: bool, secrets: list[str]) -> 
             and c.name not in ("terminal",)
         ]
         criteria.append(
-            _criterion(
+            criterion(
                 "no-unexpected-raise",
                 "no call raised where the case expects values",
                 not unexpected,
@@ -322,12 +313,12 @@ def judge(case: Case, obs: Observation, reference: bool, secrets: list[str]) -> 
             )
         )
     if "leaked_sandboxes" not in case.expect and "leaked_after_sweep" not in case.expect:
-        criteria.append(_criterion("no-leak", PREDICATES["leaked_sandboxes"], not obs.leaked, [], obs.leaked))
+        criteria.append(criterion("no-leak", PREDICATES["leaked_sandboxes"], not obs.leaked, [], obs.leaked))
     dumped = json.dumps(obs.to_dict(), default=str)
     found = [i for i, s in enumerate(secrets) if s and s in dumped]
     criteria.append(
-        _criterion("no-secret", "no secret value appears in anything observed", not found, 0, len(found))
+        criterion("no-secret", "no secret value appears in anything observed", not found, 0, len(found))
     )
     if obs.driver_error is not None:
-        criteria.append(_criterion("driver", "the driver ran to completion", False, None, obs.driver_error))
+        criteria.append(criterion("driver", "the driver ran to completion", False, None, obs.driver_error))
     return criteria

@@ -19,6 +19,17 @@ MAX_STRING = 64 * 1024
 MAX_LIST = 5000
 
 
+def criterion(cid: str, description: str, passed: bool, expected: Any, actual: Any) -> dict[str, Any]:
+    """One criterion of a case report, in the OpenEnv validate style."""
+    return {
+        "id": cid,
+        "description": description,
+        "passed": bool(passed),
+        "expected": expected,
+        "actual": actual,
+    }
+
+
 def bound(value: Any, limit: int = MAX_STRING) -> Any:
     """A JSON-safe copy of ``value``: long strings and lists cut with a visible note, NaN named."""
     if isinstance(value, str):

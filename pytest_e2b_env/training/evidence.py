@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pytest_e2b_env.evidence.records import criterion
 from pytest_e2b_env.training.record import RunRecord
 
 CASE_IDS = {
@@ -65,16 +66,6 @@ def sandbox_summary(ledger: list[dict[str, Any]], alive: list[str]) -> dict[str,
     }
 
 
-def _criterion(cid: str, description: str, passed: bool, expected: Any, actual: Any) -> dict[str, Any]:
-    return {
-        "id": cid,
-        "description": description,
-        "passed": bool(passed),
-        "expected": expected,
-        "actual": actual,
-    }
-
-
 def _case(
     cid: str, mode: str, description: str, criteria: list[dict[str, Any]], skip: str | None = None
 ) -> dict:
@@ -113,7 +104,7 @@ def training_cases(doc: dict[str, Any], sandboxes: dict[str, Any] | None) -> lis
                 "train-preflight",
                 mode,
                 "The scripted repair of each train task scores 1.0 and submitting the buggy program 0.0.",
-                [_criterion("scores", "preflight rewards", bool(pre) and got == wanted, wanted, got)],
+                [criterion("scores", "preflight rewards", bool(pre) and got == wanted, wanted, got)],
             )
         )
     before = doc.get("before") or {}
@@ -123,7 +114,7 @@ def training_cases(doc: dict[str, Any], sandboxes: dict[str, Any] | None) -> lis
             mode,
             "The held-out split is evaluated before any training step.",
             [
-                _criterion(
+                criterion(
                     "evaluated",
                     "eval_reward recorded",
                     "eval_reward" in before,
@@ -146,15 +137,15 @@ def training_cases(doc: dict[str, Any], sandboxes: dict[str, Any] | None) -> lis
             mode,
             "Every GRPO step ran, its rewards came from real sandboxes, and the weights changed.",
             [
-                _criterion(
+                criterion(
                     "steps",
                     "optimizer steps completed",
                     steps == settings["max_steps"],
                     settings["max_steps"],
                     steps,
                 ),
-                _criterion("sandboxes", "sandboxes used by the reward stage", bool(used), "> 0", used),
-                _criterion(
+                criterion("sandboxes", "sandboxes used by the reward stage", bool(used), "> 0", used),
+                criterion(
                     "weights",
                     "parameters changed by training",
                     bool(weights.get("changed_any")),
@@ -172,7 +163,7 @@ def training_cases(doc: dict[str, Any], sandboxes: dict[str, Any] | None) -> lis
             mode,
             "The held-out split is evaluated again with the same settings after training.",
             [
-                _criterion(
+                criterion(
                     "evaluated",
                     "eval_reward recorded",
                     "eval_reward" in after,
@@ -191,14 +182,14 @@ def training_cases(doc: dict[str, Any], sandboxes: dict[str, Any] | None) -> lis
             mode,
             "The subject is closed in finally and no sandbox of the run is left alive.",
             [
-                _criterion(
+                criterion(
                     "closed",
                     "subject closed without error",
                     cleanup.get("closed") is True,
                     True,
                     cleanup.get("closed"),
                 ),
-                _criterion("no-leak", "sandboxes of the run alive at the end", not alive, [], alive),
+                criterion("no-leak", "sandboxes of the run alive at the end", not alive, [], alive),
             ],
         )
     )
