@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from pytest_e2b_env.catalog.items import Runtime
+    from pytest_e2b_env.adapter.items import Runtime
 
 
 class E2BEnvHookspecs:
@@ -68,18 +68,18 @@ def pytest_configure(config: pytest.Config) -> None:
     """Validate the options, register markers and fixtures, and (controller only) the reporter."""
     config.addinivalue_line("markers", "e2b_live: needs real E2B; skipped unless --e2b-live is given")
     config.addinivalue_line("markers", "e2b_case(id): the catalog case an item runs")
-    from pytest_e2b_env.catalog.items import Runtime, runtime_key, settings_key
-    from pytest_e2b_env.catalog.settings import resolve
+    from pytest_e2b_env.adapter.items import Runtime, runtime_key, settings_key
+    from pytest_e2b_env.adapter.settings import resolve
 
     settings = resolve(config)
     config.stash[settings_key] = settings
     config.stash[runtime_key] = Runtime(settings)
-    import pytest_e2b_env.fixtures as fixtures
+    import pytest_e2b_env.adapter.fixtures as fixtures
 
     if not config.pluginmanager.is_registered(fixtures):
         config.pluginmanager.register(fixtures, "e2b_env_fixtures")
     if not hasattr(config, "workerinput"):
-        from pytest_e2b_env.catalog.report import EvidenceReporter
+        from pytest_e2b_env.adapter.report import EvidenceReporter
 
         config.pluginmanager.register(EvidenceReporter(config, settings), "e2b_env_evidence")
 
@@ -87,13 +87,13 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
     """xdist: every worker stamps the controller's run id on its sandboxes."""
-    from pytest_e2b_env.catalog.items import settings_key
+    from pytest_e2b_env.adapter.items import settings_key
 
     node.workerinput["e2b_run_id"] = node.config.stash[settings_key].run_id
 
 
 def _runtime(config: pytest.Config) -> Runtime:
-    from pytest_e2b_env.catalog.items import runtime_key
+    from pytest_e2b_env.adapter.items import runtime_key
 
     return config.stash[runtime_key]
 
@@ -107,10 +107,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """Start the target early when this process will run catalog cases, so the header is exact."""
     config = session.config
     runtime = _runtime(config)
-    from pytest_e2b_env.catalog.items import catalog_wanted
+    from pytest_e2b_env.adapter.items import catalog_wanted
 
     if runtime.settings.live and not hasattr(config, "workerinput"):
-        from pytest_e2b_env.catalog.target import stale_run_lines
+        from pytest_e2b_env.target import stale_run_lines
 
         runtime.stale_runs = stale_run_lines(runtime.settings.run_id)
     eager = not (_is_dist_controller(config) or runtime.settings.live or config.option.collectonly)
@@ -148,7 +148,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[Any]) -> None:
     """Append the catalog's items (when a subject is set) and skip live-only tests when offline."""
     runtime = _runtime(config)
-    from pytest_e2b_env.catalog.items import add_catalog_items, catalog_wanted
+    from pytest_e2b_env.adapter.items import add_catalog_items, catalog_wanted
 
     if catalog_wanted(config, runtime.settings):
         add_catalog_items(session, items)
@@ -171,7 +171,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     """Ship a catalog case's record on its call report (xdist forwards it to the controller)."""
     report = yield
     if call.when == "call" or (call.when == "setup" and report.skipped):
-        from pytest_e2b_env.catalog.items import CaseItem, result_payload
+        from pytest_e2b_env.adapter.items import CaseItem, result_payload
 
         if isinstance(item, CaseItem):
             payload = result_payload(item)

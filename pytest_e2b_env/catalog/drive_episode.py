@@ -21,7 +21,7 @@ from typing import Any
 from pytest_e2b_env.catalog.loader import resolve_path
 from pytest_e2b_env.catalog.model import Case, Step
 from pytest_e2b_env.catalog.observe import Call, Observation, exception_info
-from pytest_e2b_env.catalog.target import Target
+from pytest_e2b_env.target import Target
 
 NOT_TOOLS = ("reset", "get_reward")
 #: A full collection slower than this means many long-lived objects (openenv imports gradio:

@@ -17,7 +17,7 @@ from typing import Any
 from pytest_e2b_env.catalog.loader import CaseLoadError, resolve_path
 from pytest_e2b_env.catalog.model import Case, Completion
 from pytest_e2b_env.catalog.observe import Call, Observation, exception_info
-from pytest_e2b_env.catalog.target import Target
+from pytest_e2b_env.target import Target
 
 CALL_TIMEOUT = 120.0
 

@@ -21,9 +21,9 @@ from pytest_e2b_env.catalog.drive_episode import EpisodeDriver
 from pytest_e2b_env.catalog.drive_reward import RewardDriver
 from pytest_e2b_env.catalog.model import Case
 from pytest_e2b_env.catalog.observe import Observation, exception_info, scrub
-from pytest_e2b_env.catalog.target import Target
 from pytest_e2b_env.catalog.verdict import judge
 from pytest_e2b_env.errors import ConfigError
+from pytest_e2b_env.target import Target
 
 _SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 EXAMPLES = {"reward": "mypkg.rewards:make_reward", "episode": "mypkg.env:MyEpisode"}

@@ -9,7 +9,7 @@ import pytest
 
 from pytest_e2b_env.catalog.loader import parse_cases_from_dicts
 from pytest_e2b_env.catalog.runner import run_case
-from pytest_e2b_env.catalog.target import Target, new_run_id, open_target
+from pytest_e2b_env.target import Target, new_run_id, open_target
 
 TASK = {
     "id": "tiny",

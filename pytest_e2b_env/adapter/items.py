@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
+from pytest_e2b_env.adapter.settings import Settings
 from pytest_e2b_env.catalog.loader import CaseLoadError, load_cases
 from pytest_e2b_env.catalog.model import Case
-from pytest_e2b_env.catalog.settings import Settings
-from pytest_e2b_env.catalog.target import Target, open_target
 from pytest_e2b_env.errors import InfrastructureError
+from pytest_e2b_env.target import Target, open_target
 
 COLLECTOR_NAME = "e2b-catalog"
 REFERENCE_EPISODE = "pytest_e2b_env.episode:ReportEpisode"

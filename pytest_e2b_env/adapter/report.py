@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from pytest_e2b_env.catalog.items import COLLECTOR_NAME, skipped_record
-from pytest_e2b_env.catalog.settings import Settings
+from pytest_e2b_env.adapter.items import COLLECTOR_NAME, skipped_record
+from pytest_e2b_env.adapter.settings import Settings
 
 PREFIX = COLLECTOR_NAME + "::"
 
@@ -119,7 +119,7 @@ class EvidenceReporter:
                 self.records[case_id] = skipped_record(case_id, reason)
         if not self.info.get("catalog_hash"):
             try:
-                from pytest_e2b_env.catalog.items import runtime_key
+                from pytest_e2b_env.adapter.items import runtime_key
                 from pytest_e2b_env.catalog.loader import catalog_hash
 
                 self.info["catalog_hash"] = catalog_hash(self.config.stash[runtime_key].cases(self.config))

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pytest_e2b_env.catalog.target import RUN_ENV, new_run_id
+from pytest_e2b_env.target import RUN_ENV, new_run_id
 
 _SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _TOOL = re.compile(r"^[A-Za-z_]\w*$")

@@ -15,7 +15,7 @@ import pytest
 
 if TYPE_CHECKING:
     from pytest_e2b_env.catalog.model import Case
-    from pytest_e2b_env.catalog.target import Target
+    from pytest_e2b_env.target import Target
 
 DEFAULT_LIFETIME = 300
 REFERENCE_REWARD = "pytest_e2b_env.reward:reward_subject"
@@ -23,7 +23,7 @@ REFERENCE_EPISODE = "pytest_e2b_env.episode:ReportEpisode"
 
 
 def _runtime(config: pytest.Config) -> Any:
-    from pytest_e2b_env.catalog.items import runtime_key
+    from pytest_e2b_env.adapter.items import runtime_key
 
     return config.stash[runtime_key]
 
