@@ -62,6 +62,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini(
         "e2b_episode_tools", type="linelist", default=[], help="extra model tools your episode class declares"
     )
+    parser.addini(
+        "e2b_reward_contract", default="", help="'module:attr' dict declaring your reward code's shape"
+    )
+    parser.addini(
+        "e2b_episode_contract", default="", help="'module:attr' dict declaring your episode class's shape"
+    )
+    parser.addini(
+        "e2b_relax", default="", help="policy criteria to relax by name, comma separated (docs/catalog.md)"
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -98,10 +98,11 @@ def verifier_sandbox(sandbox_factory: Callable[..., Any]) -> Any:
 
 
 def _subject(config: pytest.Config, kind: str, default: str) -> Callable[[], Any]:
-    from pytest_e2b_env.catalog.runner import load_subject
+    from pytest_e2b_env.catalog.contract import load_subject
 
-    spec = _runtime(config).settings.subject_for(kind) or default
-    return load_subject(spec, kind)
+    runtime = _runtime(config)
+    subject = runtime.subject(kind) or load_subject(default, kind)
+    return subject.factory
 
 
 @pytest.fixture

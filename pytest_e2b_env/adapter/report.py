@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from pytest_e2b_env.adapter.items import COLLECTOR_NAME, skipped_record
+from pytest_e2b_env.adapter.items import COLLECTOR_NAME
 from pytest_e2b_env.adapter.settings import Settings
+from pytest_e2b_env.catalog.record import CaseRecord
 
 PREFIX = COLLECTOR_NAME + "::"
 
@@ -116,7 +117,7 @@ class EvidenceReporter:
         for case_id in self.expected:
             if case_id not in self.records and stopped:
                 reason = f"not run: the session stopped early ({session.shouldstop or session.shouldfail})"
-                self.records[case_id] = skipped_record(case_id, reason)
+                self.records[case_id] = CaseRecord.not_run(case_id, reason).to_dict()
         if not self.info.get("catalog_hash"):
             try:
                 from pytest_e2b_env.adapter.items import runtime_key

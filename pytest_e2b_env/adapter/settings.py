@@ -35,6 +35,9 @@ class Settings:
     episode_subject: str | None
     episode_tools: list[str]
     run_id: str
+    relax: frozenset[str] = frozenset()
+    reward_contract: str | None = None
+    episode_contract: str | None = None
     cases_given: bool = False
     worker: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -47,6 +50,10 @@ class Settings:
     def subject_for(self, kind: str) -> str | None:
         """The import string of the subject of a kind, if configured."""
         return self.reward_subject if kind == "reward" else self.episode_subject
+
+    def contract_for(self, kind: str) -> str | None:
+        """The ini-named contract dict of a kind, if configured."""
+        return self.reward_contract if kind == "reward" else self.episode_contract
 
 
 def check_subject(key: str, value: str) -> str:
@@ -99,6 +106,19 @@ def resolve(config: pytest.Config) -> Settings:
     for key in ("e2b_reward_subject", "e2b_episode_subject"):
         raw = str(config.getini(key) or "").strip()
         subjects[key] = check_subject(key, raw) if raw else None
+    contracts: dict[str, str | None] = {}
+    for key in ("e2b_reward_contract", "e2b_episode_contract"):
+        raw = str(config.getini(key) or "").strip()
+        if raw and not _SPEC.match(raw):
+            raise pytest.UsageError(f"{key}={raw!r} is not 'module:attr'. Example: mypkg.rewards:CONTRACT")
+        contracts[key] = raw or None
+    from pytest_e2b_env.catalog.contract import parse_relax
+    from pytest_e2b_env.errors import ConfigError
+
+    try:
+        relax = parse_relax(str(config.getini("e2b_relax") or ""))
+    except ConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None
     tools = [str(t).strip() for t in config.getini("e2b_episode_tools") if str(t).strip()]
     for tool in tools:
         if not _TOOL.match(tool) or tool in ("reset", "get_reward"):
@@ -119,6 +139,9 @@ def resolve(config: pytest.Config) -> Settings:
         episode_subject=subjects["e2b_episode_subject"],
         episode_tools=tools,
         run_id=str(run_id),
+        relax=relax,
+        reward_contract=contracts["e2b_reward_contract"],
+        episode_contract=contracts["e2b_episode_contract"],
         cases_given=bool(config.getoption("e2b_cases")),
         worker=workerinput.get("workerid") if workerinput else None,
     )

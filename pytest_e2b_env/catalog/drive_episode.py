@@ -12,37 +12,39 @@ import base64
 import gc
 import inspect
 import json
+import re
 import shlex
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from pytest_e2b_env.catalog.contract import LIMIT_KEYS, Contract
 from pytest_e2b_env.catalog.loader import resolve_path
 from pytest_e2b_env.catalog.model import Case, Step
 from pytest_e2b_env.catalog.observe import Call, Observation, exception_info
 from pytest_e2b_env.target import Target
+from pytest_e2b_env.toolsurface import tool_names
 
-NOT_TOOLS = ("reset", "get_reward")
 #: A full collection slower than this means many long-lived objects (openenv imports gradio:
 #: ~200k objects, 0.1-0.3 s per collection); they are then moved out of later collections.
 SLOW_COLLECT_SECONDS = 0.05
 DEFAULT_TOOLS = ("terminal", "submit")
+#: A case that waits out a limit never waits longer than this; past it the case is skipped, named.
+WAIT_CAP_SECONDS = 30.0
+WINDOW_MARGIN = 0.5
+#: A command killed at its limit must return within ``limit * FACTOR + SLACK`` seconds.
+DEADLINE_FACTOR = 1.5
+DEADLINE_SLACK = 2.0
+_PLACEHOLDER = re.compile(
+    r"\{(workdir|artifact|command_seconds|policy_seconds|verify_seconds|artifact_bytes|past_command_deadline)\}"
+)
 DEFAULT_PROMPT = [{"role": "user", "content": "Repair the program so it prints the right JSON report."}]
 
 
 def model_tools(instance: Any) -> list[str]:
-    """Every public method TRL would expose as a tool (properties are not evaluated)."""
-    names = []
-    for name, member in inspect.getmembers_static(type(instance)):
-        if name.startswith("_") or name in NOT_TOOLS:
-            continue
-        if isinstance(member, staticmethod | classmethod) or inspect.isfunction(member):
-            names.append(name)
-    for name, member in vars(instance).items() if hasattr(instance, "__dict__") else ():
-        if not name.startswith("_") and name not in NOT_TOOLS and callable(member) and name not in names:
-            names.append(name)
-    return sorted(names)
+    """Every method TRL would expose as a model tool (see :mod:`pytest_e2b_env.toolsurface`)."""
+    return tool_names(type(instance))
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -55,29 +57,72 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def task_of(case: Case) -> dict[str, Any]:
-    """The task JSON object of an episode case (file or inline, plus overrides)."""
+def task_of(case: Case, contract: Contract | None = None) -> dict[str, Any]:
+    """The task JSON object of an episode case (file or inline, plus overrides).
+
+    A subject that declares fixed limits ignores ``task["limits"]``, so a case's limit override
+    is not sent to it: the case then works with the limits the subject declared.
+    """
     spec = case.episode
     assert spec is not None
     if spec.task_file is not None:
         task = json.loads(resolve_path(case, spec.task_file).read_text(encoding="utf-8"))
     else:
         task = dict(spec.task or {})
-    return _merge(task, spec.task_override)
+    override = dict(spec.task_override)
+    if contract is not None and contract.fixed_limits:
+        override.pop("limits", None)
+    return _merge(task, override)
 
 
-def write_command(case: Case, step: Step) -> str:
+def deadline_allowance(limit: float) -> float:
+    """How long a command killed at ``limit`` seconds may take to come back (stated tolerance)."""
+    return limit * DEADLINE_FACTOR + DEADLINE_SLACK
+
+
+def placeholders(task: dict[str, Any], contract: Contract) -> dict[str, str]:
+    """Values the catalog's scripts may name as ``{workdir}``, ``{artifact}`` or a limit."""
+    values = {
+        "workdir": str(task.get("workdir", "/home/user")),
+        "artifact": str(task.get("artifact", "")),
+    }
+    for name in LIMIT_KEYS:
+        value = contract.limit(name, task)
+        values[name] = str(int(value)) if float(value).is_integer() else str(value)
+    command = contract.limit("command_seconds", task)
+    values["past_command_deadline"] = str(int(deadline_allowance(command) + 3))
+    return values
+
+
+def fill(text: str, values: dict[str, str]) -> str:
+    """Replace ``{name}`` for the known names only (scripts hold JSON and shell braces too)."""
+    return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), text)
+
+
+def in_workdir(command: str, values: dict[str, str]) -> str:
+    """A scripted command run from the task's workdir whatever the subject's shell starts in.
+
+    Each terminal call starts a fresh shell (in the workdir, the home directory or anywhere), so
+    every scripted command carries its own absolute ``cd``.
+    """
+    return f"cd {shlex.quote(values['workdir'])} && {command}"
+
+
+def write_command(case: Case, step: Step, values: dict[str, str] | None = None) -> str:
     """The terminal command a 'write' step stands for (the text travels base64-encoded)."""
     assert step.path is not None
+    values = values or {"workdir": "."}
     raw = (
         step.content.encode()
         if step.content is not None
         else resolve_path(case, str(step.source)).read_bytes()
     )
     data = base64.b64encode(raw).decode()
-    path = shlex.quote(step.path)
+    target = fill(step.path, values)
+    path = shlex.quote(target if target.startswith("/") else f"{values['workdir']}/{target}")
     if step.mode == "prepend":
-        return f"{{ printf %s {data} | base64 -d; cat {path}; }} > .pe2b_new && mv .pe2b_new {path}"
+        tmp = shlex.quote(f"{values['workdir']}/.pe2b_new")
+        return f"{{ printf %s {data} | base64 -d; cat {path}; }} > {tmp} && mv {tmp} {path}"
     if step.mode == "append":
         return f"printf %s {data} | base64 -d >> {path}"
     return f"printf %s {data} | base64 -d > {path}"
@@ -95,6 +140,22 @@ def lane_steps(case: Case, lane: int) -> list[Step]:
     return steps
 
 
+def unmet_window(case: Case, task: dict[str, Any], contract: Contract) -> str | None:
+    """Why a case that must wait out a limit cannot run on this subject (named), else None."""
+    for lane in range(case.episode.parallel if case.episode else 1):
+        for step in lane_steps(case, lane):
+            if step.tool == "sleep" and step.until is not None:
+                limit = contract.limit(step.until, task)
+                if limit + WINDOW_MARGIN > WAIT_CAP_SECONDS:
+                    name = step.until.replace("_seconds", " window")
+                    return f"{name} {limit:g} s exceeds the {WAIT_CAP_SECONDS:g} s cap (a fixed limit)"
+            if step.deadline is not None:
+                limit = contract.limit(step.deadline, task)
+                if deadline_allowance(limit) + 3 > WAIT_CAP_SECONDS:
+                    return f"{step.deadline} {limit:g} s exceeds the {WAIT_CAP_SECONDS:g} s cap"
+    return None
+
+
 class EpisodeDriver:
     """Drives one episode case (one or more parallel lanes) and fills an :class:`Observation`."""
 
@@ -105,12 +166,19 @@ class EpisodeDriver:
         target: Target,
         secrets: list[str],
         extra_tools: list[str],
+        contract: Contract | None = None,
     ) -> None:
         self.case = case
         self.factory = factory
         self.target = target
         self.secrets = secrets
-        self.obs = Observation(subject="episode", allowed_tools=sorted({*DEFAULT_TOOLS, *extra_tools}))
+        self.contract = contract or Contract(kind="episode")
+        self.task = task_of(case, self.contract)
+        self.values = placeholders(self.task, self.contract)
+        roles = {*DEFAULT_TOOLS, *extra_tools}
+        self.obs = Observation(
+            subject="episode", allowed_tools=sorted({self.contract.tool(r) for r in roles} | set(extra_tools))
+        )
         self._lock = threading.Lock()
         self._collect_seconds = 0.0
 
@@ -122,8 +190,9 @@ class EpisodeDriver:
         loop: asyncio.AbstractEventLoop,
         args: dict[str, Any] | None = None,
         after_submit: bool = False,
+        step: int | None = None,
     ) -> Call:
-        call = Call(name=name, lane=lane, args=args or {}, after_submit=after_submit)
+        call = Call(name=name, lane=lane, args=args or {}, after_submit=after_submit, step=step)
         call.mark_start = self.target.ledger_mark()
         started = time.perf_counter()
         try:
@@ -140,6 +209,13 @@ class EpisodeDriver:
                 self.obs.calls.append(call)
         return call
 
+    def _row(self) -> dict[str, Any]:
+        """The dataset row TRL passes as ``reset(**row)``, shaped as the subject declared."""
+        spec = self.case.episode
+        assert spec is not None
+        task: Any = self.task if self.contract.task == "dict" else json.dumps(self.task)
+        return {"prompt": spec.prompt or DEFAULT_PROMPT, self.contract.task_arg: task}
+
     def _lane(self, lane: int) -> None:
         spec = self.case.episode
         assert spec is not None
@@ -153,11 +229,11 @@ class EpisodeDriver:
             made.value = type(env).__name__
             if lane == 0:
                 self.obs.tools = model_tools(env)
-            row = {"prompt": spec.prompt or DEFAULT_PROMPT, "task": json.dumps(task_of(self.case))}
-            self._observe(lane, "reset", lambda: env.reset(**row), loop, {"task": "<task json>"})
+            row = self._row()
+            self._observe(lane, "reset", lambda: env.reset(**row), loop, {"task": "<task>"})
             submitted = False
-            for step in lane_steps(self.case, lane):
-                submitted = self._step(lane, env, step, row, loop, submitted)
+            for index, step in enumerate(lane_steps(self.case, lane)):
+                submitted = self._step(lane, env, step, row, loop, submitted, index)
             self._observe(lane, "get_reward", env.get_reward, loop, after_submit=submitted)
             if spec.parallel == 1:
                 self.obs.alive_at_reward[lane] = sorted(self._created_since(mark0) & self.target.alive_ids())
@@ -185,32 +261,57 @@ class EpisodeDriver:
         row: dict[str, Any],
         loop: asyncio.AbstractEventLoop,
         submitted: bool,
+        index: int,
     ) -> bool:
         """Run one scripted step; return whether the episode has been submitted."""
         if step.tool == "sleep":
-            time.sleep(step.seconds or 0)
+            seconds = step.seconds or 0
+            if step.until is not None:
+                seconds = self.contract.limit(step.until, self.task) + WINDOW_MARGIN
+            time.sleep(seconds)
             return submitted
         if step.tool == "reset":
             mark = self.target.ledger_mark()
-            self._observe(lane, "reset", lambda: env.reset(**row), loop, {"again": True})
+            self._observe(lane, "reset", lambda: env.reset(**row), loop, {"again": True}, step=index)
             alive = self.target.alive_ids()
             earlier = [sid for sid in self.obs.created_before(mark, self.target) if sid in alive]
             self.obs.alive_after_reset.append(earlier)
             return False
-        tool, args = step.tool, dict(step.args)
-        if tool == "write":
-            tool, args = "terminal", {"command": write_command(self.case, step)}
-        shown: dict[str, Any] = {"write": step.path} if step.tool == "write" else args
+        role, args = (
+            step.tool,
+            {k: fill(v, self.values) if isinstance(v, str) else v for k, v in step.args.items()},
+        )
+        if role == "write":
+            role, args = "terminal", {"command": write_command(self.case, step, self.values)}
+        elif role == "terminal":
+            args = {"command": in_workdir(str(args["command"]), self.values)}
+        shown: dict[str, Any] = {"write": step.path} if step.tool == "write" else dict(args)
+        if role == "terminal":
+            args = {self.contract.command_arg: args["command"]}
+        tool = self.contract.tool(role)
         method = getattr(env, tool, None)
         if tool.startswith("_") or not callable(method):
-            call = Call(name=tool, lane=lane, args=shown, after_submit=submitted, expect_refused=step.refuse)
+            call = Call(
+                name=role,
+                lane=lane,
+                args=shown,
+                after_submit=submitted,
+                expect_refused=step.refuse,
+                step=index,
+            )
             call.error = {"type": "NoSuchTool", "hierarchy": ["NoSuchTool"], "message": tool}
             with self._lock:
                 self.obs.calls.append(call)
             return submitted
-        made = self._observe(lane, tool, lambda: method(**args), loop, shown, submitted)
+        made = self._observe(lane, role, lambda: method(**args), loop, shown, submitted, step=index)
         made.expect_refused = step.refuse
-        return submitted or tool == "submit"
+        if step.deadline is not None:
+            made.deadline = {
+                "limit": self.contract.limit(step.deadline, self.task),
+                "allowed": deadline_allowance(self.contract.limit(step.deadline, self.task)),
+                "name": step.deadline,
+            }
+        return submitted or role == "submit"
 
     def run(self) -> Observation:
         """Run every lane (in threads when parallel); never raises."""

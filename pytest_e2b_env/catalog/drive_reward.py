@@ -14,9 +14,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from pytest_e2b_env.catalog.contract import Contract
 from pytest_e2b_env.catalog.loader import CaseLoadError, resolve_path
 from pytest_e2b_env.catalog.model import Case, Completion
 from pytest_e2b_env.catalog.observe import Call, Observation, exception_info
+from pytest_e2b_env.errors import ConfigError
 from pytest_e2b_env.target import Target
 
 CALL_TIMEOUT = 120.0
@@ -79,17 +81,77 @@ def batch(case: Case, items: list[Completion]) -> tuple[list[Any], list[Any]]:
     return completions, tests
 
 
-def _kwargs(completions: list[Any], tests: list[Any]) -> dict[str, Any]:
-    """Keyword arguments as TRL passes them (dataset columns such as test_cases ride along)."""
+def columns_for(contract: Contract, tests: list[Any]) -> dict[str, list[Any]]:
+    """The dataset columns carrying the test cases, in the shape the subject declared."""
+    if callable(contract.columns):
+        mapped = contract.columns(tests)
+        if not isinstance(mapped, dict) or not all(
+            isinstance(v, list) and len(v) == len(tests) for v in mapped.values()
+        ):
+            raise ConfigError(
+                f"{contract.source}: columns function must return a dict of lists, one item per completion"
+            )
+        return mapped
+    if contract.columns == "verification_info":
+        return {
+            "verification_info": [
+                {
+                    "language": "python",
+                    "test_cases": [{**case, "type": "stdin_stdout"} for case in per_completion],
+                }
+                for per_completion in tests
+            ]
+        }
+    return {"test_cases": tests}
+
+
+class _TrainerState:
+    """What TRL passes as ``trainer_state`` (a ``transformers.TrainerState``): the fields read most."""
+
+    global_step = 0
+    epoch = 0.0
+    max_steps = 1
+    num_train_epochs = 1
+
+
+def trl_kwargs(completions: list[Any], tests: list[Any], contract: Contract) -> dict[str, Any]:
+    """Keyword arguments exactly as TRL 1.16's ``_calculate_rewards`` passes them.
+
+    ``prompts``, ``completions``, ``completion_ids``, every dataset column, then
+    ``trainer_state``, ``log_extra`` and ``log_metric``.
+    """
     prompts = [[{"role": "user", "content": "Solve the task."}] for _ in completions]
-    return {"prompts": prompts, "completions": completions, "test_cases": tests}
+    ids = [list(json.dumps(c, default=str).encode()[:64]) for c in completions]
+    return {
+        "prompts": prompts,
+        "completions": completions,
+        "completion_ids": ids,
+        **columns_for(contract, tests),
+        "trainer_state": _TrainerState(),
+        "log_extra": lambda *a, **k: None,
+        "log_metric": lambda *a, **k: None,
+    }
+
+
+def is_async_callable(fn: Any) -> bool:
+    """An ``async def`` function, or an object whose ``__call__`` is one."""
+    call = type(fn).__call__ if not inspect.isfunction(fn) else None
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)
 
 
 class RewardDriver:
     """Drives one reward case and fills an :class:`Observation`."""
 
-    def __init__(self, case: Case, factory: Callable[[], Any], target: Target, secrets: list[str]):
+    def __init__(
+        self,
+        case: Case,
+        factory: Callable[[], Any],
+        target: Target,
+        secrets: list[str],
+        contract: Contract | None = None,
+    ):
         self.case = case
+        self.contract = contract or Contract(kind="reward")
         self.factory = factory
         self.target = target
         self.secrets = secrets
@@ -117,12 +179,11 @@ class RewardDriver:
     async def _call_reward(self, fn: Callable[..., Any], items: list[Completion], name: str) -> Any:
         completions, tests = batch(self.case, items)
         summary = {"completions": len(completions)}
-        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
-            return await self._observe(name, lambda: fn(**_kwargs(completions, tests)), summary)
+        kwargs = trl_kwargs(completions, tests, self.contract)
+        if is_async_callable(fn):
+            return await self._observe(name, lambda: fn(**kwargs), summary)
         # A sync reward function may run its own event loop: give it a thread, as TRL's sync path would.
-        return await self._observe(
-            name, lambda: asyncio.to_thread(fn, **_kwargs(completions, tests)), summary
-        )
+        return await self._observe(name, lambda: asyncio.to_thread(fn, **kwargs), summary)
 
     async def _cancelled_batch(self, fn: Callable[..., Any], items: list[Completion]) -> None:
         """Start a batch and cancel it once a command runs in a sandbox (TRL interrupted mid-step)."""
@@ -133,7 +194,7 @@ class RewardDriver:
         )
         self.obs.calls.append(call)
         started = time.perf_counter()
-        task = asyncio.ensure_future(self._as_awaitable(fn, completions, tests))
+        task = asyncio.ensure_future(self._as_awaitable(fn, trl_kwargs(completions, tests, self.contract)))
         deadline = time.monotonic() + 60
         while not task.done() and time.monotonic() < deadline:
             if any(e.get("op") == "run" for e in self.target.ledger(since=mark)):
@@ -148,8 +209,8 @@ class RewardDriver:
         call.mark_end = self.target.ledger_mark()
 
     @staticmethod
-    async def _as_awaitable(fn: Callable[..., Any], completions: list[Any], tests: list[Any]) -> Any:
-        result = fn(**_kwargs(completions, tests))
+    async def _as_awaitable(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+        result = fn(**kwargs) if is_async_callable(fn) else await asyncio.to_thread(fn, **kwargs)
         if inspect.isawaitable(result):
             return await result
         return result

@@ -30,6 +30,10 @@ _ID = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 # Every predicate an ``expect`` table may use, with a one-line meaning (docs/catalog.md lists them).
 PREDICATES: dict[str, str] = {
     "rewards": "the reward call returned exactly these scores, in completion order",
+    "score_or_raise": "the reward call raised, or returned exactly these scores (an infrastructure fault "
+    "never becomes a number)",
+    "deadline_kept": "every call marked with a deadline came back within the limit in force plus the "
+    "stated tolerance (limit x 1.5 + 2 s)",
     "reward": "get_reward() returned exactly this value",
     "raises": "a call raised; value 'any' or a class name found in the exception's class hierarchy",
     "raises_names_ids": "the exception message names every sandbox whose kill failed",
@@ -63,6 +67,7 @@ PREDICATES: dict[str, str] = {
 # Which subject each predicate makes sense for (both when absent).
 _REWARD_ONLY = {
     "rewards",
+    "score_or_raise",
     "second_batch_rewards",
     "second_batch_raises",
     "pool_cleanup",
@@ -70,6 +75,7 @@ _REWARD_ONLY = {
 }
 _EPISODE_ONLY = {
     "reward",
+    "deadline_kept",
     "verifier_created",
     "verifier_offline",
     "score_committed_after_cleanup",
@@ -163,7 +169,10 @@ class Step(BaseModel):
 
     ``write`` puts ``source`` (a file) or ``content`` (inline text) at ``path`` through the
     ``terminal`` tool, replacing the file or prepending to it (``mode``). ``refuse`` marks a call
-    that must be refused (no command may run while it is served).
+    that must be refused (no command may run while it is served). Commands and paths may name
+    ``{workdir}``, ``{artifact}`` and the limits in force (``{command_seconds}``...). A ``sleep``
+    waits ``seconds`` or ``until`` a limit in force has passed; ``deadline`` marks a call that must
+    come back within that limit (plus the stated tolerance).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -175,14 +184,16 @@ class Step(BaseModel):
     content: str | None = None
     mode: Literal["replace", "prepend", "append"] = "replace"
     seconds: float | None = None
+    until: Literal["policy_seconds", "command_seconds"] | None = None
+    deadline: Literal["command_seconds"] | None = None
     refuse: bool = False
 
     @model_validator(mode="after")
     def _shape(self) -> Step:
         if self.tool == "write" and (self.path is None or (self.source is None) == (self.content is None)):
             raise ValueError("a 'write' step needs path and exactly one of source or content")
-        if self.tool == "sleep" and self.seconds is None:
-            raise ValueError("a 'sleep' step needs seconds")
+        if self.tool == "sleep" and (self.seconds is None) == (self.until is None):
+            raise ValueError("a 'sleep' step needs seconds or until (a limit to wait out), not both")
         if self.tool == "terminal" and "command" not in self.args:
             raise ValueError("a 'terminal' step needs args.command")
         return self
@@ -232,6 +243,8 @@ class Case(BaseModel):
     modes_reason: str | None = None
     faults: list[Fault] = Field(default_factory=list)
     needs: Literal["keeps_sandboxes", "renews_lifetime"] | None = None
+    #: House policy instead of safety: one policy name for the whole case, or predicate -> name.
+    policy: str | dict[str, str] | None = None
     reward: RewardInput | None = None
     episode: EpisodeInput | None = None
     expect: dict[str, Any] = Field(min_length=1)
@@ -259,6 +272,23 @@ class Case(BaseModel):
             raise ValueError(f"unknown predicate(s) {unknown}; known: {', '.join(sorted(PREDICATES))}")
         return value
 
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, value: str | dict[str, str] | None) -> str | dict[str, str] | None:
+        from pytest_e2b_env.catalog.contract import POLICIES
+
+        names = [value] if isinstance(value, str) else list((value or {}).values())
+        unknown = sorted(n for n in names if n not in POLICIES)
+        if unknown:
+            raise ValueError(f"unknown policy name(s) {unknown}; known: {', '.join(POLICIES)}")
+        return value
+
+    def policy_of(self, predicate: str) -> str | None:
+        """The policy name a predicate of this case is judged under, or None (safety)."""
+        if isinstance(self.policy, str):
+            return self.policy
+        return (self.policy or {}).get(predicate)
+
     @model_validator(mode="after")
     def _input_matches_subject(self) -> Case:
         if self.subject == "reward" and (self.reward is None or self.episode is not None):
@@ -266,6 +296,10 @@ class Case(BaseModel):
         if self.subject == "episode" and (self.episode is None or self.reward is not None):
             raise ValueError("an episode case needs a [case.episode] table and no [case.reward]")
         wrong = _EPISODE_ONLY if self.subject == "reward" else _REWARD_ONLY
+        if isinstance(self.policy, dict):
+            stray = sorted(set(self.policy) - set(self.expect))
+            if stray:
+                raise ValueError(f"policy names predicate(s) {stray} that the case does not expect")
         misplaced = sorted(set(self.expect) & wrong)
         if misplaced:
             raise ValueError(f"predicate(s) {misplaced} do not apply to {self.subject} cases")

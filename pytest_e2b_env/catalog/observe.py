@@ -55,6 +55,8 @@ class Call:
     mark_end: int = 0
     after_submit: bool = False
     expect_refused: bool = False
+    step: int | None = None
+    deadline: dict[str, Any] | None = None
     started_at: float = field(default_factory=time.time)
 
     def to_event(self) -> dict[str, Any]:
@@ -70,6 +72,7 @@ class Call:
             "error": self.error,
             "seconds": round(self.seconds, 4),
             "after_submit": self.after_submit,
+            "step": self.step,
         }
 
 
@@ -123,6 +126,10 @@ class Observation:
         """Ledger entries of one operation within the range."""
         return [e for e in self.entries(start, end) if e.get("op") == op]
 
+    def faults(self, start: int = 0, end: int | None = None) -> list[dict[str, Any]]:
+        """Ledger entries a fault rule answered (including creates whose answer a fault ate)."""
+        return [e for e in self.entries(start, end) if e.get("op") == "fault" or e.get("fault")]
+
     def submit_mark(self, lane: int = 0) -> int | None:
         """Ledger position where the first submit() of a lane started."""
         for call in self.calls:
@@ -141,7 +148,7 @@ class Observation:
             "calls": [c.to_event() for c in self.calls],
             "sandboxes_created": created,
             "create_info": self.create_info,
-            "faults_fired": len(self.ops("fault")),
+            "faults_fired": len(self.faults()),
             "kills": [
                 {"sandbox_id": e.get("sandbox_id"), "status": e.get("status")} for e in self.ops("kill")
             ],

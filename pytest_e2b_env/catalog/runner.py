@@ -1,75 +1,32 @@
 """Run one case: faults on, drive the subject, faults off, observe, clean up leaks, judge.
 
-:func:`run_case` never raises for anything the subject does; it returns a :class:`CaseResult`
-whose ``record`` is the evidence writer's case record.
+:func:`run_case` never raises for anything the subject does; it returns the case's typed
+:class:`~pytest_e2b_env.catalog.record.CaseRecord`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import json
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
-from pytest_e2b_env.catalog.drive_episode import EpisodeDriver
+from pytest_e2b_env.catalog.contract import Subject
+from pytest_e2b_env.catalog.drive_episode import EpisodeDriver, task_of, unmet_window
 from pytest_e2b_env.catalog.drive_reward import RewardDriver
 from pytest_e2b_env.catalog.model import Case
 from pytest_e2b_env.catalog.observe import Observation, exception_info, scrub
+from pytest_e2b_env.catalog.record import CaseRecord
 from pytest_e2b_env.catalog.verdict import judge
-from pytest_e2b_env.errors import ConfigError
 from pytest_e2b_env.target import Target
 
-_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
-EXAMPLES = {"reward": "mypkg.rewards:make_reward", "episode": "mypkg.env:MyEpisode"}
-
-
-def load_subject(spec: str, kind: str, key: str | None = None) -> Callable[[], Any]:
-    """Import a ``module:attr`` subject; a malformed or missing one is a :class:`ConfigError`."""
-    key = key or f"e2b_{kind}_subject"
-    if not _SPEC.match(spec or ""):
-        raise ConfigError(f"{key}={spec!r} is not 'module:factory'. Example: {EXAMPLES[kind]}")
-    module_name, _, attr = spec.partition(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"{key}={spec!r}: cannot import module {module_name!r} ({exc})") from None
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ConfigError(f"{key}={spec!r}: module {module_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise ConfigError(f"{key}={spec!r}: {attr!r} is not callable; give a factory or a class")
-    factory: Callable[[], Any] = obj
-    return factory
-
-
-@dataclass
-class CaseResult:
-    """The outcome of one case."""
-
-    status: str  # passed | failed | skipped | error
-    reason: str | None
-    criteria: list[dict[str, Any]]
-    record: dict[str, Any]
-    trajectory: list[dict[str, Any]] = field(default_factory=list)
-    cleanup: list[dict[str, Any]] = field(default_factory=list)
-
-    def failure_message(self) -> str:
-        """A readable message naming every failed criterion (never empty for a failure)."""
-        lines = [f"case {self.record['id']} {self.status}: {self.reason or ''}".rstrip()]
-        for c in self.criteria:
-            if not c["passed"]:
-                actual = json.dumps(c["actual"], default=str)[:400]
-                lines.append(
-                    f"  - {c['id']}: expected {json.dumps(c['expected'], default=str)}, got {actual}"
-                )
-        return "\n".join(lines)
+#: Families whose candidates or scripts attack the sandbox: below the namespaces isolation level
+#: they would run on the host itself, so they are skipped with the level's reason instead.
+NEEDS_NAMESPACES = ("hostile", "isolation")
 
 
 class SandboxWatcher:
@@ -137,19 +94,21 @@ def _create_info(target: Target, obs: Observation) -> None:
         obs.create_info[str(sid)] = info
 
 
-def _cleanup(target: Target, obs: Observation, run_sweep: bool) -> None:
-    """Find sandboxes of the case still alive, kill them, and record each sandbox's fate."""
+def _cleanup(target: Target, obs: Observation) -> None:
+    """The harness owns cleanup: kill every sandbox the case created (ledger), whatever its tags.
+
+    ``leaked`` is what the subject left alive; ``leaked_after_sweep`` what the harness itself could
+    not remove (the run-id sweep and ``reap`` then still own it).
+    """
     created = obs.created()
     alive = target.alive_ids()
     obs.leaked = [sid for sid in created if sid in alive]
-    if run_sweep:
-        target.sweep()
-        alive = target.alive_ids()
-        obs.leaked_after_sweep = [sid for sid in created if sid in alive]
     stuck: dict[str, str] = {}
-    for sid in created:
-        if sid in alive and not target.kill(sid):
+    for sid in obs.leaked:
+        if not target.kill(sid):
             stuck[sid] = "would not die after the case; the emulator/proxy reaps it at session end"
+    alive = target.alive_ids() if obs.leaked else alive
+    obs.leaked_after_sweep = [sid for sid in created if sid in alive]
     now = time.time()
     for sid in created:
         info = obs.create_info.get(sid, {})
@@ -181,28 +140,41 @@ def not_applicable(case: Case, obs: Observation) -> str | None:
     return None
 
 
+def skip_reason(case: Case, subject: Subject, target: Target) -> str | None:
+    """Why a case cannot run here (mode, isolation level, a window the subject does not offer)."""
+    if target.mode not in case.modes:
+        return f"not runnable {target.mode}: {case.modes_reason}"
+    if (
+        case.family in NEEDS_NAMESPACES
+        and target.mode == "offline"
+        and not target.isolation.startswith("namespaces")
+    ):
+        return (
+            f"needs the emulator's namespaces isolation level, got {target.isolation!r}: "
+            f"{case.family} cases would run their programs on this host (run as root for namespaces)"
+        )
+    if case.episode is not None:
+        return unmet_window(case, task_of(case, subject.contract), subject.contract)
+    return None
+
+
 def run_case(
     case: Case,
-    subject: str,
+    subject: Subject,
     target: Target,
     *,
     extra_tools: list[str] | None = None,
-) -> CaseResult:
-    """Run ``case`` against the subject named ``subject`` (``module:attr``) on ``target``."""
+    relax: frozenset[str] = frozenset(),
+) -> CaseRecord:
+    """Run ``case`` against ``subject`` on ``target``; never raises for anything the subject does."""
     started = time.perf_counter()
     secrets = [target.api_key]
-    base = {
-        "id": case.id,
-        "subject": case.subject,
-        "family": case.family,
-        "description": case.description,
-        "expected": case.expect,
-        "subject_spec": subject,
-    }
-    if target.mode not in case.modes:
-        skip = f"not runnable {target.mode}: {case.modes_reason}"
-        return _result(base, "skipped", skip, [], Observation(subject=case.subject), started)
-    factory = load_subject(subject, case.subject)
+    contract = subject.contract
+    reason = skip_reason(case, subject, target)
+    if reason is not None:
+        record = CaseRecord.for_case(case, subject.spec, "skipped", reason)
+        record.contract = contract.summary()
+        return record
     target.faults.clear()
     mark = target.ledger_mark()
     deferred = [f for f in case.faults if f.sandbox_nth is not None]
@@ -216,9 +188,10 @@ def run_case(
     with target.scoped_env(), watcher:
         try:
             if case.subject == "reward":
-                obs = asyncio.run(RewardDriver(case, factory, target, secrets).run())
+                obs = asyncio.run(RewardDriver(case, subject.factory, target, secrets, contract).run())
             else:
-                obs = EpisodeDriver(case, factory, target, secrets, extra_tools or []).run()
+                driver = EpisodeDriver(case, subject.factory, target, secrets, extra_tools or [], contract)
+                obs = driver.run()
         except Exception as exc:  # a driver bug must still produce a record
             obs = Observation(subject=case.subject, driver_error=exception_info(exc, secrets))
         finally:
@@ -226,54 +199,57 @@ def run_case(
     target.faults.clear()  # again: the watcher may have pinned a deferred fault at the very end
     obs.ledger = target.ledger(since=mark)
     _create_info(target, obs)
-    _cleanup(target, obs, run_sweep="leaked_after_sweep" in case.expect)
+    _cleanup(target, obs)
     not_applicable_reason = not_applicable(case, obs)
     if not_applicable_reason is not None:
-        return _result(base, "skipped", not_applicable_reason, [], obs, started)
-    reference = subject.startswith("pytest_e2b_env.")
-    criteria = judge(case, obs, reference, secrets)
-    failed = [c["id"] for c in criteria if not c["passed"]]
-    status = "failed" if failed else "passed"
-    reason = f"failed criteria: {', '.join(failed)}" if failed else None
-    return _result(base, status, reason, criteria, obs, started, secrets)
+        return _record(case, subject, "skipped", not_applicable_reason, [], obs, started, secrets)
+    criteria = judge(case, obs, contract, secrets, relax)
+    failed = [c["id"] for c in criteria if not c["passed"] and not c.get("relaxed")]
+    relaxed = [c["id"] for c in criteria if c.get("relaxed")]
+    if failed:
+        status, reason = "failed", f"failed criteria: {', '.join(failed)}"
+    elif relaxed:
+        status, reason = "relaxed", f"relaxed policy criteria failed: {', '.join(relaxed)}"
+    else:
+        status, reason = "passed", None
+    return _record(case, subject, status, reason, criteria, obs, started, secrets)
 
 
 def _replacements(obs: Observation) -> int:
     """Sandboxes created after the first injected fault fired (the subject's retries on new sandboxes)."""
-    fired = [e["seq"] for e in obs.ledger if e.get("op") == "fault"]
+    fired = [e["seq"] for e in obs.faults()]
     return len(obs.created(start=min(fired))) if fired else 0
 
 
-def _result(
-    base: dict[str, Any],
+def _record(
+    case: Case,
+    subject: Subject,
     status: str,
     reason: str | None,
     criteria: list[dict[str, Any]],
     obs: Observation,
     started: float,
-    secrets: list[str] | None = None,
-) -> CaseResult:
-    observed = json.loads(scrub(json.dumps(obs.to_dict(), default=str), secrets or []))
+    secrets: list[str],
+) -> CaseRecord:
+    record = CaseRecord.for_case(case, subject.spec, status, reason)
+    record.contract = subject.contract.summary()
+    record.observed = json.loads(scrub(json.dumps(obs.to_dict(), default=str), secrets))
+    record.criteria = criteria
+    record.relaxed = sorted({str(c["policy"]) for c in criteria if c.get("relaxed")})
+    record.seconds = round(time.perf_counter() - started, 4)
     rewards = None
     for call in obs.calls:
         if call.name in ("reward", "get_reward") and call.returned:
             value = call.value
             rewards = list(value) if isinstance(value, list | tuple) else [*(rewards or []), value]
-    record = {
-        **base,
-        "status": status,
-        "reason": reason,
-        "observed": observed,
-        "criteria": criteria,
-        "seconds": round(time.perf_counter() - started, 4),
-        "rewards": json.loads(json.dumps(rewards, default=str)) if rewards is not None else None,
-        "exceptions": [
-            {"type": c.error["type"], "message": c.error["message"]} for c in obs.calls if c.error is not None
-        ],
-        "attempts": 1,
-        "retries": _replacements(obs),
-    }
+    record.rewards = json.loads(json.dumps(rewards, default=str)) if rewards is not None else None
+    record.exceptions = [
+        {"type": c.error["type"], "message": c.error["message"]} for c in obs.calls if c.error is not None
+    ]
+    record.attempts = 1
+    record.retries = _replacements(obs)
     trajectory = [c.to_event() for c in obs.calls] + [{"kind": "sandbox_op", **e} for e in obs.ledger]
     trajectory.sort(key=lambda ev: float(ev.get("t") or 0))
-    trajectory = json.loads(scrub(json.dumps(trajectory, default=str), secrets or []))
-    return CaseResult(status, reason, criteria, record, trajectory, obs.cleanup)
+    record.trajectory = json.loads(scrub(json.dumps(trajectory, default=str), secrets))
+    record.cleanup = obs.cleanup
+    return record

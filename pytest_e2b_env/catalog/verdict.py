@@ -12,12 +12,12 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from pytest_e2b_env.catalog.contract import Contract
 from pytest_e2b_env.catalog.model import PREDICATES, Case
 from pytest_e2b_env.catalog.observe import Call, Observation
 from pytest_e2b_env.evidence.records import criterion
 
 Judge = Callable[[Any, Observation], tuple[bool, Any]]
-REFERENCE_CLASSES = ("InfrastructureError", "CleanupError")
 SCORING_CALLS = {"reward": ("reward",), "episode": ("get_reward",)}
 TOLERANCE = 1e-9
 
@@ -38,11 +38,17 @@ def _scoring_calls(obs: Observation) -> list[Call]:
     return obs.calls_named(SCORING_CALLS[obs.subject][0])
 
 
+#: Where a subject may raise for an infrastructure or cleanup failure: the scoring calls and the
+#: points where it releases sandboxes. A factory that raises never counts (the subject was not built).
+RAISE_POINTS = {
+    "reward": ("enter", "reward", "second_batch", "close"),
+    "episode": ("reset", "submit", "get_reward"),
+}
+
+
 def _raise_points(obs: Observation) -> list[Call]:
-    """Where a subject may raise for an infrastructure or cleanup failure."""
-    if obs.subject == "reward":
-        return obs.raised(("reward", "close", "second_batch", "enter", "factory"))
-    return obs.raised(("reset", "terminal", "submit", "get_reward"))
+    """Calls at a raise point that raised."""
+    return obs.raised(RAISE_POINTS[obs.subject])
 
 
 def _score_produced(obs: Observation) -> bool:
@@ -51,9 +57,14 @@ def _score_produced(obs: Observation) -> bool:
 
 def _raises(expected: Any, obs: Observation) -> tuple[bool, Any]:
     raised = _raise_points(obs)
-    actual = [{"call": c.name, **(c.error or {})} for c in raised]
+    actual = [{"call": c.name, "type": (c.error or {}).get("type")} for c in raised]
     if not raised:
-        return False, "no call raised"
+        returned = [
+            {"call": c.name, "value": c.value}
+            for c in obs.calls
+            if c.name in RAISE_POINTS[obs.subject] and c.returned
+        ]
+        return False, {"none of these raised": list(RAISE_POINTS[obs.subject]), "returned": returned}
     if obs.subject == "episode" and _score_produced(obs):
         return False, {"raised": actual, "but_score": [c.value for c in _scoring_calls(obs)]}
     return True, actual
@@ -65,14 +76,22 @@ def _raises_class(expected: Any, obs: Observation) -> tuple[bool, Any]:
 
 
 def _failed_kills(obs: Observation) -> list[str]:
-    """Sandboxes whose kill request was answered with an error (faults are ledgered as 'fault')."""
-    return sorted(
-        {
-            str(e["sandbox_id"])
-            for e in obs.ledger
-            if str(e.get("route", "")).startswith("DELETE /sandboxes") and (e.get("status") or 0) >= 400
-        }
-    )
+    """Sandboxes whose kill was answered with an error and that were not confirmed gone later.
+
+    Gone means gone: a 404 (the sandbox no longer exists) is a confirmed kill, and so is any
+    later kill or lookup of the same sandbox answered 2xx/404.
+    """
+    failed: dict[str, bool] = {}
+    for e in obs.ledger:
+        sid, status = e.get("sandbox_id"), e.get("status") or 0
+        if not sid or not str(e.get("route", "")).startswith(("DELETE /sandboxes", "GET /sandboxes/")):
+            continue
+        is_kill = str(e.get("route", "")).startswith("DELETE")
+        if status == 404 or (is_kill and 200 <= status < 300):
+            failed[str(sid)] = False
+        elif is_kill and status >= 400:
+            failed[str(sid)] = True
+    return sorted(sid for sid, bad in failed.items() if bad)
 
 
 def _raises_names_ids(expected: Any, obs: Observation) -> tuple[bool, Any]:
@@ -82,11 +101,55 @@ def _raises_names_ids(expected: Any, obs: Observation) -> tuple[bool, Any]:
     return (bool(failed) and not missing) == bool(expected), {"kill_failed": failed, "not_named": missing}
 
 
+def _score_diff(expected: list[Any], actual: Any) -> Any:
+    """Which completions scored differently (index, expected, got), for the failure line."""
+    if not isinstance(actual, list | tuple) or len(actual) != len(expected):
+        return {"got": actual, "expected_length": len(expected)}
+    wrong = [
+        {"completion": i, "expected": want, "got": got}
+        for i, (want, got) in enumerate(zip(expected, actual, strict=True))
+        if not same_scores([want], [got])
+    ]
+    return {"got": list(actual), "differs": wrong}
+
+
 def _rewards(expected: Any, obs: Observation) -> tuple[bool, Any]:
     calls = obs.calls_named("reward")
     if not calls or not calls[0].returned:
         return False, {"raised": calls[0].error if calls else "not called"}
-    return same_scores(expected, calls[0].value), calls[0].value
+    ok = same_scores(expected, calls[0].value)
+    return ok, calls[0].value if ok else _score_diff(expected, calls[0].value)
+
+
+def _score_or_raise(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    """Infrastructure never becomes a number: the call raised, or returned exactly the right scores."""
+    calls = obs.calls_named("reward")
+    if not calls:
+        return False, "not called"
+    if not calls[0].returned:
+        return True, {"raised": (calls[0].error or {}).get("type")}
+    ok = same_scores(expected, calls[0].value)
+    return ok, calls[0].value if ok else _score_diff(expected, calls[0].value)
+
+
+def _deadline_kept(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    """Every call marked with a deadline came back within the limit in force plus the tolerance."""
+    marked = [c for c in obs.calls if c.deadline is not None]
+    if not marked:
+        return False, "no call of the case carried a deadline"
+    over = [
+        {
+            "step": c.step,
+            "returned_after_s": round(c.seconds, 2),
+            "limit_s": c.deadline["limit"],
+            "allowed_s": round(c.deadline["allowed"], 2),
+        }
+        for c in marked
+        if c.deadline is not None and c.seconds > c.deadline["allowed"]
+    ]
+    if over:
+        return not expected, {"overran": over}
+    return bool(expected), [{"step": c.step, "returned_after_s": round(c.seconds, 2)} for c in marked]
 
 
 def _second_rewards(expected: Any, obs: Observation) -> tuple[bool, Any]:
@@ -141,7 +204,7 @@ def _no_run(expected: Any, obs: Observation) -> tuple[bool, Any]:
 
 
 def _replacement(expected: Any, obs: Observation) -> tuple[bool, Any]:
-    lost = [e["seq"] for e in obs.ledger if e.get("op") == "fault" or (e.get("status") == 502)]
+    lost = [e["seq"] for e in obs.faults()] + [e["seq"] for e in obs.ledger if e.get("status") == 502]
     if not lost:
         return not expected, "no sandbox was lost"
     later = obs.created(start=min(lost))
@@ -149,7 +212,7 @@ def _replacement(expected: Any, obs: Observation) -> tuple[bool, Any]:
 
 
 def _faults_fired(expected: Any, obs: Observation) -> tuple[bool, Any]:
-    return len(obs.ops("fault")) >= int(expected), len(obs.ops("fault"))
+    return len(obs.faults()) >= int(expected), len(obs.faults())
 
 
 def _kill_failed(expected: Any, obs: Observation) -> tuple[bool, Any]:
@@ -237,6 +300,8 @@ def _pool_cleanup(expected: Any, obs: Observation) -> tuple[bool, Any]:
 
 JUDGES: dict[str, Judge] = {
     "rewards": _rewards,
+    "score_or_raise": _score_or_raise,
+    "deadline_kept": _deadline_kept,
     "reward": _reward,
     "raises": _raises,
     "raises_names_ids": _raises_names_ids,
@@ -249,7 +314,7 @@ JUDGES: dict[str, Judge] = {
     "no_run": _no_run,
     "replacement_created": _replacement,
     "faults_fired_min": _faults_fired,
-    "faults_fired_max": lambda e, o: (len(o.ops("fault")) <= int(e), len(o.ops("fault"))),
+    "faults_fired_max": lambda e, o: (len(o.faults()) <= int(e), len(o.faults())),
     "kill_failed_seen": _kill_failed,
     "verifier_created": _verifier_created,
     "verifier_offline": _verifier_offline,
@@ -272,26 +337,58 @@ JUDGES: dict[str, Judge] = {
 assert set(JUDGES) == set(PREDICATES), "every predicate needs a judge"
 
 
-def judge(case: Case, obs: Observation, reference: bool, secrets: list[str]) -> list[dict[str, Any]]:
+def _built(obs: Observation) -> dict[str, Any] | None:
+    """The failed 'subject could not be built' criterion when the factory raised, else None."""
+    factory = obs.calls_named("factory")
+    if factory and factory[0].error is not None:
+        error = factory[0].error
+        return criterion(
+            "subject-built",
+            "the subject could be built (factory() returned); nothing else is judged when it raised",
+            False,
+            "factory() returns the reward function, a context manager or an environment",
+            f"subject could not be built: {error.get('type')}: {error.get('message')}",
+        )
+    return None
+
+
+def judge(
+    case: Case,
+    obs: Observation,
+    contract: Contract,
+    secrets: list[str],
+    relax: frozenset[str] = frozenset(),
+) -> list[dict[str, Any]]:
     """Every criterion for a case: its own predicates, then the global checks."""
+    built = _built(obs)
+    if built is not None:
+        return [built]
     criteria = []
     for name, expected in case.expect.items():
         passed, actual = JUDGES[name](expected, obs)
-        criteria.append(criterion(name, PREDICATES[name], passed, expected, actual))
+        policy = case.policy_of(name)
+        description = PREDICATES[name]
+        if name == "raises":
+            description = (
+                "a scoring call raised (any exception type: what matters is that no number came out)"
+            )
+        criteria.append(
+            criterion(name, description, passed, expected, actual, policy=policy, relaxed=policy in relax)
+        )
     raises = case.expect.get("raises")
-    if isinstance(raises, str) and raises != "any":
-        # A third party's exception type is its own business; ours must carry the documented class.
+    if isinstance(raises, str) and raises in contract.raises_classes:
+        # Checked only for classes the subject declares (the bundled code declares its own).
         passed, actual = _raises_class(raises, obs)
         criteria.append(
             criterion(
                 "raises-class",
-                "the reference code raises the documented class (not required of third-party code)",
-                passed or not reference,
+                f"the subject raises the class it declares ({raises}, by name anywhere in the hierarchy)",
+                passed,
                 raises,
-                actual if reference else {"not_required": actual},
+                actual,
             )
         )
-    if not {"raises", "no_score", "tolerate_raises"} & set(case.expect):
+    if not {"raises", "no_score", "tolerate_raises", "score_or_raise"} & set(case.expect):
         tolerated = {"second_batch"} if "second_batch_raises" in case.expect else set()
         if case.reward is not None and case.reward.cancel_on:
             tolerated.add("reward")

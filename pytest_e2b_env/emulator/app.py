@@ -155,13 +155,17 @@ class EmulatorApp:
             nonlocal recorded
             recorded = True
             fault = scope.get(SCOPE_FAULT)
+            # A create that made its sandbox stays a create even when a fault ate its answer: the
+            # sandbox exists, and whoever counts what a case created must see it.
+            created = scope.get(SCOPE_INTERNET) is not None
             self.ledger.record(
-                "fault" if fault else op_for(template),
+                "fault" if fault and not created else op_for(template),
                 method=method,
                 route=template,
                 sandbox_id=scope.get(SCOPE_SANDBOX) or sandbox_id,
                 status=status,
                 detail=str(fault or ""),
+                fault=str(fault) if fault else None,
                 allow_internet_access=scope.get(SCOPE_INTERNET),
             )
 

@@ -25,6 +25,10 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 #: scope key where the middleware leaves a description of the fault it applied (read by the ledger)
 SCOPE_FAULT = "pytest_e2b_env.fault"
+#: scope key holding (bounded) the response body a drop_stream fault withheld from the client, so a
+#: ledger outside the fault layer still learns which sandbox a create made before its answer was lost
+SCOPE_DROPPED = "pytest_e2b_env.dropped_body"
+DROPPED_LIMIT = 64 * 1024
 
 
 class FaultAnswer(BaseModel):
@@ -315,6 +319,8 @@ class FaultMiddleware:
             if cut.is_set():
                 return
             if message["type"] == "http.response.body":
+                if not stream:
+                    scope[SCOPE_DROPPED] = bytes(message.get("body", b""))[:DROPPED_LIMIT]
                 if stream and message.get("body"):
                     await send({**message, "more_body": True})  # let the first event through, then cut
                 cut.set()

@@ -46,6 +46,8 @@ class Ledger:
     Entries are dicts ``{"seq", "t", "method", "route", "sandbox_id", "status", "op", "detail"}``;
     an entry whose answer created a sandbox also carries ``"allow_internet_access"`` (bool), the
     setting the sandbox got, so a reader never has to catch a short-lived sandbox alive to learn it.
+    An entry a fault rule answered carries ``"fault"`` (the rule's label); its op is ``"fault"``
+    unless the request still created a sandbox (a create whose answer was lost stays a ``create``).
     Only the newest ``capacity`` entries are kept; marks stay valid because they are sequence
     numbers, not list indexes.
     """
@@ -65,8 +67,9 @@ class Ledger:
         status: int | None = None,
         detail: str = "",
         allow_internet_access: bool | None = None,
+        fault: str | None = None,
     ) -> dict[str, Any]:
-        """Append one entry and return it."""
+        """Append one entry and return it; ``fault`` labels the fault rule that answered it."""
         with self._lock:
             entry: dict[str, Any] = {
                 "seq": self._next,
@@ -80,6 +83,8 @@ class Ledger:
             }
             if allow_internet_access is not None:
                 entry["allow_internet_access"] = allow_internet_access
+            if fault is not None:
+                entry["fault"] = fault
             self._next += 1
             self._entries.append(entry)
             return entry

@@ -31,6 +31,25 @@ def _raise(fatal: dict[str, Any]) -> NoReturn:
     raise InfrastructureError(message)
 
 
+def warm_up() -> None:
+    """Start the reference OpenEnv server in the background for the SDK settings now in force.
+
+    Importing openenv (it imports gradio and fastmcp) happens here, in the caller's thread: a
+    second thread importing the same packages while tests import them hands one of the two a
+    partially initialised module (``cannot import name 'Client' from 'fastmcp'``). Only the
+    server start, which imports nothing new, runs in the background.
+    """
+    if os.environ.get(URL_ENV):
+        return  # a running server was named: nothing to start
+    import e2b  # noqa: F401  (the cases import the SDK anyway; once, here, in one thread)
+    import openenv.core.env_server.http_server  # noqa: F401
+
+    from pytest_e2b_env.episode import environment  # noqa: F401
+    from pytest_e2b_env.episode.server import prestart_shared_server
+
+    prestart_shared_server(dict(os.environ))
+
+
 class ReportEpisode:
     """A repair episode for TRL: ``reset(**row)``, tools ``terminal`` and ``submit``, ``get_reward()``.
 
@@ -40,6 +59,11 @@ class ReportEpisode:
     they never become a reward.
     """
 
+    #: What the catalog needs to know (docs/catalog.md): the classes raised, and the server warm-up.
+    e2b_contract: ClassVar[dict[str, Any]] = {
+        "raises_classes": ["InfrastructureError", "CleanupError"],
+        "warm_up": warm_up,
+    }
     #: The server-side environment class (None: the reference :class:`RepairEnvironment`). A
     #: subclass that pins its own environment always gets its own process-wide loopback server.
     _environment: ClassVar[Callable[..., Any] | None] = None

@@ -6,7 +6,7 @@ from collections import Counter
 from typing import Any
 
 # Worse statuses win when one case was recorded more than once.
-_SEVERITY = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+_SEVERITY = {"passed": 0, "skipped": 1, "relaxed": 2, "failed": 3, "error": 4}
 
 
 def build_coverage(
@@ -25,7 +25,7 @@ def build_coverage(
     for case_id, records in by_id.items():
         if len(records) > 1:
             problems.append(f"case {case_id} was recorded {len(records)} times; every record is kept")
-        worst = max(records, key=lambda c: _SEVERITY.get(c["status"], 3))
+        worst = max(records, key=lambda c: _SEVERITY.get(c["status"], 4))
         entries.append(
             {
                 "id": case_id,
@@ -79,7 +79,9 @@ def build_coverage(
         "passed": complete and not unreasoned and not (counts["failed"] or counts["error"]),
         "expected_count": len(expected),
         "recorded_count": len(cases),
-        "counts": {s: counts.get(s, 0) for s in ("passed", "failed", "skipped", "error", "missing")},
+        "counts": {
+            s: counts.get(s, 0) for s in ("passed", "relaxed", "failed", "skipped", "error", "missing")
+        },
         "families": dict(sorted(families.items())),
         "unexpected": [e["id"] for e in entries if not e["expected"]],
         "skipped_without_reason": unreasoned,

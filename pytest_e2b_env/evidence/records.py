@@ -12,21 +12,38 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-STATUSES = ("passed", "failed", "skipped", "error")
+#: "relaxed": only house-policy criteria the user relaxed by name failed (a warning, not a pass)
+STATUSES = ("passed", "relaxed", "failed", "skipped", "error")
 # One string in a record (a captured stdout, an exception message) keeps at most this many
 # characters; sandbox payloads can be arbitrarily large and the bundle must stay small.
 MAX_STRING = 64 * 1024
 MAX_LIST = 5000
 
 
-def criterion(cid: str, description: str, passed: bool, expected: Any, actual: Any) -> dict[str, Any]:
-    """One criterion of a case report, in the OpenEnv validate style."""
+def criterion(
+    cid: str,
+    description: str,
+    passed: bool,
+    expected: Any,
+    actual: Any,
+    *,
+    policy: str | None = None,
+    relaxed: bool = False,
+) -> dict[str, Any]:
+    """One criterion of a case report, in the OpenEnv validate style, with its severity.
+
+    ``severity`` is ``safety`` (never relaxable) or ``policy`` (house policy, named by ``policy``);
+    ``relaxed`` marks a failed policy criterion the user relaxed by name.
+    """
     return {
         "id": cid,
         "description": description,
         "passed": bool(passed),
         "expected": expected,
         "actual": actual,
+        "severity": "policy" if policy else "safety",
+        "policy": policy,
+        "relaxed": bool(relaxed and policy and not passed),
     }
 
 

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
-STATUS_ORDER = ("passed", "failed", "error", "missing", "skipped")
+STATUS_ORDER = ("passed", "relaxed", "failed", "error", "missing", "skipped")
 _COLOURS = {
     "passed": "#1a7f37",
     "failed": "#cf222e",

@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from pytest_e2b_env.emulator.faults import SCOPE_FAULT, ASGIApp, Message, Receive, Scope, Send
+from pytest_e2b_env.emulator.faults import SCOPE_DROPPED, SCOPE_FAULT, ASGIApp, Message, Receive, Scope, Send
 from pytest_e2b_env.emulator.ledger import Ledger, op_for
 from pytest_e2b_env.emulator.routes import route_of
 
@@ -100,21 +100,26 @@ class RecordingMiddleware:
             found = sandbox_id
             internet = None
             if tee and state["status"] is not None and state["status"] < 300:
-                new_id, domain = sandbox_of_answer(bytes(state["body"]))
+                # A drop_stream fault behind us withheld the body; it left it in the scope.
+                answer = bytes(state["body"]) or bytes(scope.get(SCOPE_DROPPED, b""))
+                new_id, domain = sandbox_of_answer(answer)
                 if new_id:
                     found = new_id
                     internet = internet_of_create(bytes(request_body)) if op == "create" else None
                     if self.on_sandbox is not None:
                         self.on_sandbox(new_id, domain, internet)
             fault = scope.get(SCOPE_FAULT)
-            # As in the emulator's ledger: a faulted request is op "fault", its label the detail.
+            # As in the emulator's ledger: a faulted request is op "fault", its label the detail,
+            # except a create that made its sandbox (its answer lost): that stays a create.
+            created = op == "create" and internet is not None
             self.ledger.record(
-                "fault" if fault else op,
+                "fault" if fault and not created else op,
                 method=method,
                 route=template,
                 sandbox_id=found,
                 status=state["status"],
                 detail=str(fault or ""),
+                fault=str(fault) if fault else None,
                 allow_internet_access=internet,  # as the emulator: on entries that created a sandbox
             )
 

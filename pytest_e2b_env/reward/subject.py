@@ -38,3 +38,7 @@ def reward_subject(**kwargs: Any) -> contextlib.AbstractAsyncContextManager[Rewa
     if os.environ.get(MODE_ENV) == "offline":
         kwargs.setdefault("create_interval", OFFLINE_CREATE_INTERVAL)
     return _pool_context(**kwargs)
+
+
+#: What the catalog needs to know (docs/catalog.md): the classes this subject raises.
+reward_subject.e2b_contract = {"raises_classes": ["InfrastructureError", "CleanupError"]}  # type: ignore[attr-defined]

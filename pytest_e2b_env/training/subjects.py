@@ -17,7 +17,8 @@ from typing import Any
 
 from pytest_e2b_env.data import fixtures_dir
 from pytest_e2b_env.errors import CleanupError, ConfigError, InfrastructureError
-from pytest_e2b_env.training.timing import StageClock, timed, timed_env_class, tool_methods
+from pytest_e2b_env.toolsurface import tool_methods
+from pytest_e2b_env.training.timing import StageClock, timed, timed_env_class
 from pytest_e2b_env.training.tiny import Example
 
 RUN_KEY = "pytest_e2b_env_run"

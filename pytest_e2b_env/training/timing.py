@@ -85,18 +85,3 @@ def timed_env_class(cls: type, clock: StageClock, instances: list[Any]) -> type:
 
     namespace["__init__"] = __init__
     return type(cls.__name__, (cls,), namespace)
-
-
-def tool_methods(cls: type) -> list[Callable[..., Any]]:
-    """The tools TRL derives from an environment class, bound to an uninitialised probe.
-
-    Mirrors TRL's discovery (public functions other than ``reset`` and ``get_reward``), so a
-    warm-up renders exactly the tool schema the trainer will render. Nothing is allocated:
-    ``__init__`` is not run and the methods are only inspected.
-    """
-    probe: Any = object.__new__(cls)
-    return [
-        getattr(probe, name)
-        for name, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
-        if name not in ("reset", "get_reward") and not name.startswith("_")
-    ]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 
-from pytest_e2b_env.training.timing import StageClock, timed, timed_env_class, tool_methods
+from pytest_e2b_env.toolsurface import tool_methods
+from pytest_e2b_env.training.timing import StageClock, timed, timed_env_class
 
 
 class Env:

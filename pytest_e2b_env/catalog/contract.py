@@ -1,0 +1,219 @@
+"""What a subject declares about itself, so the catalog drives it without assuming our shapes.
+
+A subject is exactly what a user hands to TRL. What the catalog cannot learn from TRL's calling
+convention (the dataset columns a reward function reads, how an episode's ``reset`` takes the
+task, its tool names, fixed limits) it reads from an optional ``e2b_contract`` dict on the
+object the subject spec names, or from a ``module:attr`` dict named by the ini key
+``e2b_reward_contract`` / ``e2b_episode_contract``. docs/catalog.md is the user-facing contract.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_e2b_env.errors import ConfigError
+
+ATTRIBUTE = "e2b_contract"
+_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+EXAMPLES = {"reward": "mypkg.rewards:make_reward", "episode": "mypkg.env:MyEpisode"}
+LIMIT_KEYS = ("command_seconds", "policy_seconds", "verify_seconds", "artifact_bytes")
+DEFAULT_LIMITS: dict[str, float] = {
+    "command_seconds": 10,
+    "policy_seconds": 120,
+    "verify_seconds": 20,
+    "artifact_bytes": 65536,
+}
+COLUMNS = ("test_cases", "verification_info")
+_COMMON_KEYS = {"raises_classes", "warm_up"}
+_REWARD_KEYS = {"columns"} | _COMMON_KEYS
+_EPISODE_KEYS = {"task", "task_arg", "tools", "command_arg", "limits"} | _COMMON_KEYS
+
+#: House-policy criteria, by the name ``e2b_relax`` takes, with the reason they are policy.
+POLICIES: dict[str, str] = {
+    "fence-variants": "the program is the first fenced block whose info string is empty, python, py or "
+    "python3; other code may pick another block without training on garbage",
+    "parse-before-run": "source that does not parse uses no sandbox; running it anyway only costs time",
+    "duplicate-keys": "JSON output with duplicate keys scores 0; a grader keeping the last value is lenient",
+    "non-finite-json": "NaN or Infinity in the output scores 0; Python's json module accepts them",
+    "json-types": '1, 1.0, true and "1" are different values; numeric or string comparison is a choice',
+    "retry-lost-worker": "a sandbox lost mid-evaluation is retried once; raising instead is safe",
+    "retry-rate-limit": "a 429 with Retry-After on create is waited out; raising instead is safe",
+    "cleanup-names-ids": "the error for a failed kill names the sandbox ids; the SDK's own errors do not",
+    "lost-create-recovery": "a sandbox whose create response was lost is found and killed; otherwise it "
+    "lives until its server-side timeout",
+}
+
+
+def import_spec(spec: str, key: str, kind: str) -> Any:
+    """Import ``module:attr``; a bad spec or a failed import is one :class:`ConfigError` naming both."""
+    if not _SPEC.match(spec or ""):
+        raise ConfigError(f"{key}={spec!r} is not 'module:attr'. Example: {EXAMPLES[kind]}")
+    module_name, _, attr = spec.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as exc:  # a subject module may fail in any way while importing
+        raise ConfigError(
+            f"{key}={spec!r}: importing module {module_name!r} failed: {type(exc).__name__}: {exc}"
+        ) from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"{key}={spec!r}: module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+@dataclass(frozen=True)
+class Contract:
+    """A subject's declaration, validated; the defaults are the catalog's documented shapes."""
+
+    kind: str
+    columns: str | Callable[[list[Any]], dict[str, list[Any]]] = "test_cases"
+    task: str = "json"
+    task_arg: str = "task"
+    tools: Mapping[str, str] = field(default_factory=lambda: {"terminal": "terminal", "submit": "submit"})
+    command_arg: str = "command"
+    limits: Mapping[str, float] | None = None
+    raises_classes: tuple[str, ...] = ()
+    warm_up: Callable[[], Any] | None = None
+    source: str = "defaults"
+
+    @property
+    def fixed_limits(self) -> bool:
+        """Whether the subject enforces its own limits and ignores ``task["limits"]``."""
+        return self.limits is not None
+
+    def limit(self, name: str, task: Mapping[str, Any]) -> float:
+        """The limit in force: the declared fixed one, else the task's, else the contract default."""
+        if self.limits is not None and name in self.limits:
+            return float(self.limits[name])
+        task_limits = task.get("limits") or {}
+        return float(task_limits.get(name, DEFAULT_LIMITS[name]))
+
+    def tool(self, role: str) -> str:
+        """The subject's method name for a catalog tool (``terminal``, ``submit`` or any other)."""
+        return self.tools.get(role, role)
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-safe description for the manifest and the report."""
+        columns = self.columns if isinstance(self.columns, str) else _name(self.columns)
+        out: dict[str, Any] = {"source": self.source}
+        if self.kind == "reward":
+            out["columns"] = columns
+        else:
+            out |= {
+                "task": self.task,
+                "task_arg": self.task_arg,
+                "tools": dict(self.tools),
+                "command_arg": self.command_arg,
+                "limits": dict(self.limits) if self.limits is not None else "from the task",
+            }
+        if self.raises_classes:
+            out["raises_classes"] = list(self.raises_classes)
+        if self.warm_up is not None:
+            out["warm_up"] = _name(self.warm_up)
+        return out
+
+
+def _name(obj: Any) -> str:
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"
+
+
+def _fail(where: str, key: str, value: Any, fix: str) -> ConfigError:
+    return ConfigError(f"{where}: {key}={value!r} is not valid; {fix}")
+
+
+def parse_contract(raw: Any, kind: str, where: str) -> Contract:
+    """Validate a declaration dict; every bad key or value is a :class:`ConfigError` naming it."""
+    if raw is None:
+        return Contract(kind=kind)
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: {ATTRIBUTE} must be a dict, got {type(raw).__name__}")
+    allowed = _REWARD_KEYS if kind == "reward" else _EPISODE_KEYS
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown {kind} contract key(s) {unknown}; known: {', '.join(sorted(allowed))}"
+        )
+    values: dict[str, Any] = {"kind": kind, "source": where}
+    columns = raw.get("columns", "test_cases")
+    if not (columns in COLUMNS or callable(columns)):
+        raise _fail(
+            where, "columns", columns, f"use one of {', '.join(COLUMNS)} or a function(test_cases) -> dict"
+        )
+    values["columns"] = columns
+    task = raw.get("task", "json")
+    if task not in ("json", "dict"):
+        raise _fail(where, "task", task, "use 'json' (JSON text) or 'dict'")
+    values["task"] = task
+    for key in ("task_arg", "command_arg"):
+        value = raw.get(key, Contract.__dataclass_fields__[key].default)
+        if not (isinstance(value, str) and value.isidentifier()):
+            raise _fail(where, key, value, "give a keyword argument name such as 'task'")
+        values[key] = value
+    tools = raw.get("tools", {})
+    if not isinstance(tools, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) and v.isidentifier() and not v.startswith("_")
+        for k, v in tools.items()
+    ):
+        raise _fail(where, "tools", tools, "map catalog tools to public method names: {'terminal': 'bash'}")
+    values["tools"] = {"terminal": "terminal", "submit": "submit", **tools}
+    limits = raw.get("limits")
+    if limits is not None:
+        if not isinstance(limits, Mapping) or not limits:
+            raise _fail(where, "limits", limits, f"give a dict with some of {', '.join(LIMIT_KEYS)}")
+        for key, value in limits.items():
+            ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+            if key not in LIMIT_KEYS or not ok:
+                raise _fail(
+                    where, f"limits.{key}", value, f"limits take positive numbers for {', '.join(LIMIT_KEYS)}"
+                )
+        values["limits"] = dict(limits)
+    classes = raw.get("raises_classes", ())
+    if isinstance(classes, str) or not all(isinstance(c, str) for c in classes):
+        raise _fail(where, "raises_classes", classes, "give a list of exception class names")
+    values["raises_classes"] = tuple(classes)
+    warm_up = raw.get("warm_up")
+    if warm_up is not None and not callable(warm_up):
+        raise _fail(where, "warm_up", warm_up, "give a zero-argument callable")
+    values["warm_up"] = warm_up
+    return Contract(**values)
+
+
+@dataclass(frozen=True)
+class Subject:
+    """A loaded subject: its spec, the factory TRL would get, and its validated contract."""
+
+    kind: str
+    spec: str
+    factory: Callable[[], Any]
+    contract: Contract
+
+
+def load_subject(spec: str, kind: str, contract_spec: str | None = None) -> Subject:
+    """Import a subject and its contract (attribute, or the ini-named dict, which wins)."""
+    key = f"e2b_{kind}_subject"
+    obj = import_spec(spec, key, kind)
+    if not callable(obj):
+        raise ConfigError(
+            f"{key}={spec!r}: {spec.partition(':')[2]!r} is not callable; give a factory or a class"
+        )
+    if contract_spec:
+        raw = import_spec(contract_spec, f"e2b_{kind}_contract", kind)
+        contract = parse_contract(raw, kind, f"e2b_{kind}_contract={contract_spec!r}")
+    else:
+        contract = parse_contract(getattr(obj, ATTRIBUTE, None), kind, f"{spec} {ATTRIBUTE}")
+    return Subject(kind=kind, spec=spec, factory=obj, contract=contract)
+
+
+def parse_relax(raw: str | list[str] | None) -> frozenset[str]:
+    """Policy names from ``e2b_relax`` (commas or lines); an unknown name is a :class:`ConfigError`."""
+    items = raw if isinstance(raw, list) else re.split(r"[,\s]+", raw or "")
+    names = frozenset(n.strip() for n in items if n and n.strip())
+    unknown = sorted(names - set(POLICIES))
+    if unknown:
+        raise ConfigError(f"e2b_relax: unknown policy name(s) {unknown}; relaxable: {', '.join(POLICIES)}")
+    return names
