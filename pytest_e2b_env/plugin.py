@@ -199,6 +199,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         if target is not None:
             info.setdefault("isolation", target.isolation)
             info.setdefault("secrets", [target.api_key])
+        subjects = getattr(runtime, "_subjects", {})
+        info.setdefault("contracts", {kind: s.contract.summary() for kind, s in subjects.items()})
         if runtime._cases is not None:
             from pytest_e2b_env.catalog.loader import catalog_hash
 

@@ -137,6 +137,9 @@ class EvidenceReporter:
                 "episode": self.settings.episode_subject,
             },
             "workers": self.info.get("workers", 0),
+            # Policy criteria relaxed by name (e2b_relax): every relaxed failure stays a warning.
+            "relaxed_policies": sorted(self.settings.relax),
+            "contracts": self.info.get("contracts", {}),
         }
         if self.settings.live:
             manifest["live_endpoint"] = "E2B (through the fault proxy)"

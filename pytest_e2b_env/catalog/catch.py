@@ -1,9 +1,15 @@
-"""Does the catalog catch a known-defective subject? (the catch-rate figure)
+"""Is the catalog fair? Every correct sample passes it, every defective sample is caught.
 
-A defective sample subject is a module with ``BUG`` (one sentence) and ``CAUGHT_BY`` (the
-family meant to catch it), exposing ``factory`` (reward) or ``Subject`` (episode). Each one
-runs in its own ``validate`` subprocess, so one subject's servers and sandboxes never meet
-another's.
+Two kinds of sample subject live in one folder (``fixtures/subjects``):
+
+* defective ones carry ``BUG`` (one sentence) and ``CAUGHT_BY`` (the family meant to catch it):
+  the older ``reward_*.py`` / ``episode_*.py`` files (``factory`` / ``Subject``), and any entry of
+  ``samples.toml`` whose file has those constants (single-defect variants of a baseline);
+* baselines (``samples.toml`` entries without them): correct code written in other people's shapes,
+  which must pass the whole catalog of its kind with only the policies it names relaxed.
+
+Each sample runs in its own ``validate`` subprocess, so one subject's servers and sandboxes never
+meet another's. ``python -m pytest_e2b_env.catalog.catch fixtures/subjects`` prints both tables.
 """
 
 from __future__ import annotations
@@ -14,21 +20,43 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+MANIFEST = "samples.toml"
+
 
 @dataclass
-class Catch:
-    """The outcome of running one defective subject against the catalog."""
+class Sample:
+    """One sample subject: where it is, what it is, and what it expects of the catalog."""
 
-    subject: str
+    path: Path
+    spec: str
     kind: str
-    bug: str
-    caught_by: str
+    relax: list[str] = field(default_factory=list)
+    bug: str | None = None
+    caught_by: str | None = None
+
+    @property
+    def defective(self) -> bool:
+        """A sample with a known bug (it must be caught), else a baseline (it must pass)."""
+        return self.caught_by is not None
+
+
+@dataclass
+class Outcome:
+    """What one validate run of a sample gave."""
+
+    sample: Sample
+    counts: dict[str, int] = field(default_factory=dict)
     failed_cases: list[str] = field(default_factory=list)
     failed_families: list[str] = field(default_factory=list)
+    relaxed_cases: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
     exit_code: int = 0
     seconds: float = 0.0
     problem: str | None = None
@@ -36,12 +64,12 @@ class Catch:
     @property
     def caught(self) -> bool:
         """Caught by a case of the family meant for it."""
-        return self.caught_by in self.failed_families
+        return self.sample.caught_by in self.failed_families
 
     @property
-    def caught_anywhere(self) -> bool:
-        """Caught by any case."""
-        return bool(self.failed_cases)
+    def clean(self) -> bool:
+        """No case failed or errored and the run itself went through."""
+        return self.problem is None and not self.failed_cases
 
 
 def constants(path: Path) -> dict[str, Any]:
@@ -56,65 +84,138 @@ def constants(path: Path) -> dict[str, Any]:
     return found
 
 
-def run_subject(path: Path, *, families: list[str] | None = None, timeout: float = 600) -> Catch:
-    """Run the catalog (optionally only some families) against one sample subject file."""
-    import time
+def _kind(name: str) -> str:
+    return "reward" if "reward" in name else "episode"
 
-    kind = "reward" if path.name.startswith("reward_") else "episode"
-    meta = constants(path)
-    spec = f"{path.stem}:{'factory' if kind == 'reward' else 'Subject'}"
-    catch = Catch(spec, kind, str(meta.get("BUG", "")), str(meta.get("CAUGHT_BY", "")))
+
+def discover(root: Path) -> list[Sample]:
+    """Every sample under ``root``: the named defective files, then the manifest's entries."""
+    samples = []
+    for path in sorted(root.glob("*.py")):
+        if path.stem.startswith(("reward_", "episode_")):
+            meta = constants(path)
+            kind = _kind(path.stem.split("_", 1)[0])
+            attr = "factory" if kind == "reward" else "Subject"
+            samples.append(
+                Sample(
+                    path, f"{path.stem}:{attr}", kind, bug=meta.get("BUG"), caught_by=meta.get("CAUGHT_BY")
+                )
+            )
+    manifest = root / MANIFEST
+    if manifest.exists():
+        for name, entry in tomllib.loads(manifest.read_text(encoding="utf-8")).items():
+            path = root / f"{entry['spec'].partition(':')[0]}.py"
+            meta = constants(path)
+            samples.append(
+                Sample(
+                    path,
+                    entry["spec"],
+                    _kind(name),
+                    relax=list(entry.get("relax", [])),
+                    bug=meta.get("BUG"),
+                    caught_by=meta.get("CAUGHT_BY"),
+                )
+            )
+    return samples
+
+
+def run_sample(sample: Sample, *, families: list[str] | None = None, timeout: float = 900) -> Outcome:
+    """Run the catalog of the sample's kind (optionally only some families) against it."""
+    outcome = Outcome(sample)
     with tempfile.TemporaryDirectory(prefix="pe2b-catch-") as out:
-        cmd = [sys.executable, "-m", "pytest_e2b_env.catalog.validate", "--subject", kind, "-q"]
-        cmd += ["--output", out, f"--{kind}-subject", spec]
+        cmd = [sys.executable, "-m", "pytest_e2b_env.catalog.validate", "--subject", sample.kind, "-q"]
+        cmd += ["--output", out, f"--{sample.kind}-subject", sample.spec]
+        if sample.relax:
+            cmd += ["--relax", ",".join(sample.relax)]
         if families:
             cmd += ["-k", " or ".join(families)]
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(path.parent), env.get("PYTHONPATH")) if p)
-        env.pop("PYTEST_E2B_ENV_RUN", None)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(sample.path.parent), env.get("PYTHONPATH")) if p)
         started = time.monotonic()
         try:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
-            catch.exit_code = proc.returncode
+            outcome.exit_code = proc.returncode
         except subprocess.TimeoutExpired:
-            catch.problem = f"validate did not finish within {timeout:g}s"
-            return catch
+            outcome.problem = f"validate did not finish within {timeout:g}s"
+            return outcome
         finally:
-            catch.seconds = round(time.monotonic() - started, 2)
+            outcome.seconds = round(time.monotonic() - started, 2)
         bundles = [p for p in Path(out).iterdir() if p.is_dir() and not p.name.startswith(".")]
         if len(bundles) != 1:
-            catch.problem = f"expected one bundle, found {len(bundles)}: {proc.stdout[-800:]}"
-            return catch
+            outcome.problem = (
+                f"expected one bundle, found {len(bundles)}: {(proc.stdout + proc.stderr)[-800:]}"
+            )
+            return outcome
         coverage = json.loads((bundles[0] / "coverage.json").read_text(encoding="utf-8"))
     for case in coverage["cases"]:
-        if case["status"] in ("failed", "error"):
-            catch.failed_cases.append(case["id"])
-            if case["family"] not in catch.failed_families:
-                catch.failed_families.append(case["family"])
-    return catch
+        status = case["status"]
+        outcome.counts[status] = outcome.counts.get(status, 0) + 1
+        if status in ("failed", "error", "missing"):
+            outcome.failed_cases.append(case["id"])
+            if case["family"] not in outcome.failed_families:
+                outcome.failed_families.append(case["family"])
+        elif status == "relaxed":
+            outcome.relaxed_cases.append(case["id"])
+        elif status == "skipped":
+            outcome.skipped[case["id"]] = str(case.get("reason") or "")
+    return outcome
+
+
+def run_all(samples: list[Sample], *, every_family: bool = False, parallel: int = 2) -> list[Outcome]:
+    """Run every sample (baselines on the whole catalog; defects on their family unless ``every_family``)."""
+
+    def one(sample: Sample) -> Outcome:
+        families = None if every_family or not sample.defective else [str(sample.caught_by)]
+        return run_sample(sample, families=families)
+
+    # Two at a time: most of a run is spent waiting on deadlines and kill confirmations.
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        return list(pool.map(one, samples))
+
+
+def tables(outcomes: list[Outcome]) -> str:
+    """The catch table (defective samples) and the clean table (baselines), as printed."""
+    lines = ["catch table: defective samples (each must fail a case of its family)"]
+    defects = [o for o in outcomes if o.sample.defective]
+    for o in defects:
+        mark = "CAUGHT" if o.caught else ("caught elsewhere" if o.failed_cases else "MISSED")
+        lines.append(
+            f"  {o.sample.spec:<58} {o.sample.caught_by:<16} {mark:<17} {o.seconds:6.1f}s  "
+            + ",".join(o.failed_cases)
+        )
+        if o.problem:
+            lines.append(f"      problem: {o.problem}")
+    caught = sum(o.caught for o in defects)
+    lines.append(f"  catch rate (intended family): {caught}/{len(defects)}")
+    lines.append("clean table: correct samples in other people's shapes (no case may fail)")
+    baselines = [o for o in outcomes if not o.sample.defective]
+    for o in baselines:
+        counts = " ".join(f"{k}={v}" for k, v in sorted(o.counts.items()))
+        mark = "CLEAN" if o.clean else "FALSE FAILURE"
+        lines.append(f"  {o.sample.spec:<58} {mark:<14} {counts}  {o.seconds:6.1f}s")
+        lines.append(f"      relaxed: {', '.join(o.sample.relax) or 'none'}")
+        for case_id in o.failed_cases:
+            lines.append(f"      failed: {case_id}")
+        for case_id, reason in o.skipped.items():
+            lines.append(f"      skipped: {case_id}: {reason}")
+        if o.problem:
+            lines.append(f"      problem: {o.problem}")
+    clean = sum(o.clean for o in baselines)
+    lines.append(f"  clean: {clean}/{len(baselines)}")
+    return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:
-    """Print the catch table and rate for every sample subject under a directory."""
+    """Print both tables for every sample under a directory; non-zero unless all are as expected."""
     every = "--all-families" in argv
     paths = [a for a in argv if not a.startswith("--")]
     root = Path(paths[0]) if paths else Path("fixtures/subjects")
-    rows = []
-    for path in sorted(root.glob("*.py")):
-        if path.stem.startswith(("reward_", "episode_")):
-            # Only the family meant to catch it runs by default (the catalog is long); see --all-families.
-            families = None if every else [str(constants(path).get("CAUGHT_BY", "good"))]
-            rows.append(run_subject(path, families=families))
-    for row in rows:
-        mark = "CAUGHT" if row.caught else ("caught elsewhere" if row.caught_anywhere else "MISSED")
-        cases = ",".join(row.failed_cases)
-        print(f"{row.subject:<42} {row.caught_by:<16} {mark:<17} {row.seconds:6.1f}s  {cases}")
-        if row.problem:
-            print(f"    problem: {row.problem}")
-    caught = sum(r.caught for r in rows)
-    anywhere = sum(r.caught_anywhere for r in rows)
-    print(f"catch rate (intended family): {caught}/{len(rows)}; caught by any case: {anywhere}/{len(rows)}")
-    return 0 if caught == len(rows) else 1
+    outcomes = run_all(discover(root), every_family=every)
+    print(tables(outcomes))
+    ok = all(o.caught for o in outcomes if o.sample.defective) and all(
+        o.clean for o in outcomes if not o.sample.defective
+    )
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -233,6 +233,12 @@ class RewardDriver:
             exit_fn = lambda: made.__exit__(None, None, None)  # noqa: E731
         if fn is None:
             return self.obs
+        self.obs.reward_async = is_async_callable(fn)
+        if spec.cancel_on == "run" and not self.obs.reward_async:
+            # TRL awaits an async reward and can cancel it; a sync one always runs to its end.
+            if exit_fn is not None:
+                await self._observe("close", exit_fn)
+            return self.obs
         try:
             if spec.cancel_on == "run":
                 await self._cancelled_batch(fn, spec.completions)

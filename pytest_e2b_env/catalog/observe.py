@@ -94,6 +94,7 @@ class Observation:
     cleanup: list[dict[str, Any]] = field(default_factory=list)
     create_info: dict[str, dict[str, Any]] = field(default_factory=dict)
     driver_error: dict[str, Any] | None = None
+    reward_async: bool | None = None
     mark0: int = 0
 
     # ---- derived facts -------------------------------------------------------------------

@@ -128,6 +128,8 @@ def not_applicable(case: Case, obs: Observation) -> str | None:
     """Why a pool-only case does not apply to this subject (from the ledger), else None."""
     if obs.driver_error is not None:
         return None
+    if case.reward is not None and case.reward.cancel_on and obs.reward_async is False:
+        return "not applicable: the reward function is sync, and a sync call cannot be cancelled mid-batch"
     if case.needs == "keeps_sandboxes" and not obs.alive_after_first_call:
         return "not applicable: the ledger shows the subject keeps no sandbox across calls"
     if case.needs == "renews_lifetime":

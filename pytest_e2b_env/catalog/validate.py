@@ -39,6 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--episode-subject", default=REFERENCE["episode"], metavar="MODULE:CLASS", help="default: %(default)s"
     )
+    parser.add_argument(
+        "--relax",
+        default="",
+        metavar="NAMES",
+        help="house-policy criteria to relax, comma separated (as the e2b_relax ini key)",
+    )
     parser.add_argument("--run-id", default=None, help="run id (default: a fresh one)")
     parser.add_argument(
         "-k", dest="keyword", default=None, help="only cases matching this pytest -k expression"
@@ -71,6 +77,8 @@ def pytest_args(options: argparse.Namespace, empty_dir: Path) -> list[str]:
     subjects = {"reward": options.reward_subject, "episode": options.episode_subject}
     for kind in ("reward", "episode"):
         args += ["-o", f"e2b_{kind}_subject={subjects[kind] if kind in kinds else ''}"]
+    if options.relax:
+        args += ["-o", f"e2b_relax={options.relax}"]
     if options.live:
         args.append("--e2b-live")
     if options.keyword:

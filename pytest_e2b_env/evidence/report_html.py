@@ -18,6 +18,7 @@ from typing import Any
 STATUS_ORDER = ("passed", "relaxed", "failed", "error", "missing", "skipped")
 _COLOURS = {
     "passed": "#1a7f37",
+    "relaxed": "#bf8700",
     "failed": "#cf222e",
     "error": "#9a3412",
     "missing": "#8250df",
@@ -97,6 +98,7 @@ def _header(manifest: Mapping[str, Any], coverage: Mapping[str, Any], problems: 
         ("started / finished (UTC)", f"{manifest.get('started_at')}  /  {manifest.get('finished_at')}"),
         ("git", f"{git.get('head') or 'no commit'}" + (" (dirty)" if git.get("dirty") else "")),
         ("catalog hash", manifest.get("catalog_hash", "n/a")),
+        ("relaxed policies", ", ".join(manifest.get("relaxed_policies") or []) or "none"),
         ("seeds", manifest.get("seeds", "n/a")),
         ("argv", " ".join(str(a) for a in manifest.get("argv") or [])),
         ("python / platform", f"{platform.get('python')} on {platform.get('platform')}"),

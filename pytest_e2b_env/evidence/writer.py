@@ -46,7 +46,7 @@ _LOG_NAME = re.compile(r"[^A-Za-z0-9._-]")
 # Set by the writer; a caller supplying them would make the manifest contradict the bundle.
 _RESERVED = frozenset({"run_id", "complete", "problems", "finished_at", "schema_version"})
 # Worse statuses win when one case was recorded more than once.
-_SEVERITY = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+_SEVERITY = {"passed": 0, "skipped": 1, "relaxed": 2, "failed": 3, "error": 4}
 
 
 class BundleWriter:

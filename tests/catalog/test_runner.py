@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from pytest_e2b_env.catalog.contract import Subject, load_subject
 from pytest_e2b_env.catalog.loader import parse_cases_from_dicts
 from pytest_e2b_env.catalog.runner import run_case
 from pytest_e2b_env.target import Target, new_run_id, open_target
@@ -29,6 +30,12 @@ def target() -> Iterator[Target]:
         yield opened
     finally:
         opened.close()
+
+
+def _subject(spec: str) -> Subject:
+    """A loaded subject, its kind taken from the spec (episode classes are capitalised)."""
+    kind = "episode" if spec.split(":")[1][0].isupper() else "reward"
+    return load_subject(spec, kind)
 
 
 def _reward_case(expect: dict[str, Any], **reward: Any) -> Any:
@@ -67,7 +74,7 @@ def _episode_case(expect: dict[str, Any], script: list[dict[str, Any]]) -> Any:
 )
 def test_reward_contract_shapes(target: Target, spec: str, expected: list[float]) -> None:
     """A bare function, a sync context manager and an async context manager all drive and pass."""
-    result = run_case(_reward_case({"rewards": expected}), spec, target)
+    result = run_case(_reward_case({"rewards": expected}), _subject(spec), target)
     assert result.status == "passed", result.failure_message()
 
 
@@ -75,12 +82,12 @@ def test_pool_only_case_is_not_applicable_to_a_stateless_subject(target: Target)
     """A case needing a subject that keeps sandboxes is skipped with the reason, never passed."""
     case = _reward_case({"pool_cleanup": True}, cancel_on="run", second_batch=[{"text": "z"}])
     case.needs = "keeps_sandboxes"
-    result = run_case(case, "catalog_subjects:sync_context", target)
+    result = run_case(case, _subject("catalog_subjects:sync_context"), target)
     assert result.status == "skipped"
     assert result.reason == "not applicable: the ledger shows the subject keeps no sandbox across calls"
     kept = run_case(
         _reward_case({"second_batch_rewards": [1.0]}, second_batch=[{"text": "z"}]),
-        "catalog_subjects:keeps_worker",
+        _subject("catalog_subjects:keeps_worker"),
         target,
     )
     assert kept.status == "passed", kept.failure_message()
@@ -103,18 +110,20 @@ def test_third_party_episode_is_observed_from_outside(target: Target) -> None:
             {"tool": "terminal", "args": {"command": "echo late"}},
         ],
     )
-    result = run_case(case, "catalog_subjects:TinyEpisode", target)
+    result = run_case(case, _subject("catalog_subjects:TinyEpisode"), target)
     assert result.status == "passed", result.failure_message()
-    assert result.record["observed"]["tools"] == ["submit", "terminal"]
+    assert result.observed["tools"] == ["submit", "terminal"]
 
 
 def test_extra_public_method_is_flagged_unless_declared(target: Target) -> None:
     """A public reset_sandbox method is an undeclared model tool; e2b_episode_tools can declare it."""
     case = _episode_case({"reward": 0.0, "tools_allowed_only": True}, [])
-    flagged = run_case(case, "catalog_subjects:ExposesReset", target)
+    flagged = run_case(case, _subject("catalog_subjects:ExposesReset"), target)
     assert flagged.status == "failed"
     assert "tools_allowed_only" in flagged.failure_message()
-    declared = run_case(case, "catalog_subjects:ExposesReset", target, extra_tools=["reset_sandbox"])
+    declared = run_case(
+        case, _subject("catalog_subjects:ExposesReset"), target, extra_tools=["reset_sandbox"]
+    )
     assert declared.status == "passed", declared.failure_message()
 
 
@@ -135,7 +144,9 @@ def test_fault_plan_is_cleared_after_the_case(target: Target) -> None:
         ],
         __file__,
     )[0].faults
-    first = run_case(case, "catalog_subjects:sync_context", target)
-    assert first.record["exceptions"]
-    second = run_case(_reward_case({"rewards": [0.5, 0.5]}), "catalog_subjects:sync_context", target)
+    first = run_case(case, _subject("catalog_subjects:sync_context"), target)
+    assert first.exceptions
+    second = run_case(
+        _reward_case({"rewards": [0.5, 0.5]}), _subject("catalog_subjects:sync_context"), target
+    )
     assert second.status == "passed", second.failure_message()
