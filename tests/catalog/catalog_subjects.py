@@ -116,3 +116,38 @@ class ExposesReset(TinyEpisode):
     def reset_sandbox(self) -> str:
         """Start over."""
         return self.reset(task=json.dumps(self._task))
+
+
+def raising_factory() -> Any:
+    """A factory that cannot build its subject (a broken config, say)."""
+    raise RuntimeError("reward config missing")
+
+
+def verification_info_reward() -> Any:
+    """Scores 1.0 per completion when it receives open-r1's ``verification_info`` column, else raises."""
+
+    def reward(completions: list[Any], verification_info: list[Any], **kwargs: Any) -> list[float]:
+        for info in verification_info:
+            assert info["language"] == "python"
+            assert info["test_cases"][0]["type"] == "stdin_stdout"
+        assert {"prompts", "completion_ids", "trainer_state", "log_metric"} <= set(kwargs)
+        return [1.0 for _ in completions]
+
+    return reward
+
+
+verification_info_reward.e2b_contract = {"columns": "verification_info"}  # type: ignore[attr-defined]
+
+
+def untagged_kill_checked() -> Any:
+    """One untagged sandbox per call; a failed kill propagates as the SDK's own error (no ids)."""
+
+    async def reward(completions: list[Any], **kwargs: Any) -> list[float]:
+        box = await AsyncSandbox.create(timeout=60)
+        try:
+            out = await box.commands.run("echo 1")
+            return [float(out.stdout) for _ in completions]
+        finally:
+            await box.kill()
+
+    return reward

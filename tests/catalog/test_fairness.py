@@ -1,0 +1,234 @@
+"""Regression tests: the catalog judges third-party-shaped code fairly (no false failures, no misses)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from pytest_e2b_env.catalog.contract import Contract, load_subject, parse_contract
+from pytest_e2b_env.catalog.loader import parse_cases_from_dicts
+from pytest_e2b_env.catalog.observe import Call, Observation
+from pytest_e2b_env.catalog.runner import run_case
+from pytest_e2b_env.catalog.verdict import _failed_kills, judge
+from pytest_e2b_env.errors import ConfigError
+from pytest_e2b_env.target import Target, new_run_id, open_target
+
+TESTS = [{"input": "1", "output": "1"}]
+TASK = {
+    "id": "tiny",
+    "workdir": "/home/user/work",
+    "files": {"report.py": "print('{\"a\": 1}')\n"},
+    "artifact": "report.py",
+    "command": "python3 -B report.py",
+    "limits": {"command_seconds": 10},
+    "verification": {"files": {"in.txt": "x"}, "expected": {"a": 1}},
+}
+
+
+@pytest.fixture(scope="module")
+def target() -> Iterator[Target]:
+    """One emulator for the module."""
+    opened = open_target(False, new_run_id())
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def _case(raw: dict[str, Any]) -> Any:
+    base = {"id": "reward-t", "subject": "reward", "family": "good", "description": "A fairness test case."}
+    return parse_cases_from_dicts([{**base, **raw}], __file__)[0]
+
+
+def _reward(expect: dict[str, Any], **extra: Any) -> Any:
+    return _case({"reward": {"test_cases": TESTS, "completions": [{"text": "x"}]}, "expect": expect, **extra})
+
+
+def test_untagged_subject_passes_kill_failure_and_the_harness_sweeps() -> None:
+    """No tag of ours is needed: the harness kills what the ledger says the case created."""
+    case = _reward(
+        {
+            "raises": "CleanupError",
+            "kill_failed_seen": True,
+            "raises_names_ids": True,
+            "leaked_after_sweep": 0,
+        },
+        faults=[{"route": "DELETE /sandboxes/*", "answer": {"kill_fails": True}, "times": 1000}],
+        policy={"raises_names_ids": "cleanup-names-ids"},
+    )
+    with _target() as t:
+        result = run_case(case, load_subject("catalog_subjects:untagged_kill_checked", "reward"), t)
+        strict = result.status
+        relaxed = run_case(
+            case,
+            load_subject("catalog_subjects:untagged_kill_checked", "reward"),
+            t,
+            relax=frozenset({"cleanup-names-ids"}),
+        )
+        assert t.alive_ids() == set()
+    assert strict == "failed"
+    assert [c["id"] for c in result.criteria if not c["passed"]] == ["raises_names_ids"]
+    assert relaxed.status == "relaxed", relaxed.failure_message()
+    assert relaxed.observed["leaked_after_sweep"] == []
+
+
+def _target() -> Any:
+    """A fresh emulator as a context manager."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def opened() -> Iterator[Target]:
+        t = open_target(False, new_run_id())
+        try:
+            yield t
+        finally:
+            t.close()
+
+    return opened()
+
+
+def test_gone_means_gone() -> None:
+    """A kill answered 500 and then 404 (already gone) is a confirmed kill, not a failed one."""
+    obs = Observation(subject="reward")
+    obs.ledger = [
+        {"seq": 0, "route": "DELETE /sandboxes/{id}", "sandbox_id": "a", "status": 500, "op": "fault"},
+        {"seq": 1, "route": "DELETE /sandboxes/{id}", "sandbox_id": "a", "status": 404, "op": "kill"},
+        {"seq": 2, "route": "DELETE /sandboxes/{id}", "sandbox_id": "b", "status": 500, "op": "fault"},
+        {"seq": 3, "route": "GET /sandboxes/{id}", "sandbox_id": "c", "status": 404, "op": "get_info"},
+    ]
+    assert _failed_kills(obs) == ["b"]
+
+
+def test_lost_create_response_is_a_created_sandbox(target: Target) -> None:
+    """A create whose answer was dropped is ledgered as a create, so a leak of it is caught."""
+    case = _reward(
+        {"tolerate_raises": True, "leaked_sandboxes": 0},
+        faults=[{"route": "POST /v2/sandboxes", "answer": {"drop_stream": True}, "times": 1}],
+    )
+    result = run_case(case, load_subject("catalog_subjects:untagged_kill_checked", "reward"), target)
+    creates = [e for e in result.trajectory if e.get("kind") == "sandbox_op" and e.get("op") == "create"]
+    assert creates, result.trajectory
+    assert creates[0].get("fault"), creates
+    assert result.status == "failed"
+    assert result.observed["leaked"] == [creates[0]["sandbox_id"]]
+    assert target.alive_ids() == set()
+
+
+def test_factory_that_raises_is_not_a_raise(target: Target) -> None:
+    """A broken factory never satisfies 'raises': the case fails as 'subject could not be built'."""
+    case = _reward({"raises": "any", "no_score": True})
+    result = run_case(case, load_subject("catalog_subjects:raising_factory", "reward"), target)
+    assert result.status == "failed"
+    assert [c["id"] for c in result.criteria] == ["subject-built"]
+    assert "subject could not be built: RuntimeError: reward config missing" in result.failure_message()
+
+
+def test_verification_info_column_and_trl_keywords(target: Target) -> None:
+    """A subject declaring columns = verification_info gets open-r1's column and TRL's keywords."""
+    subject = load_subject("catalog_subjects:verification_info_reward", "reward")
+    assert subject.contract.columns == "verification_info"
+    result = run_case(_reward({"rewards": [1.0]}), subject, target)
+    assert result.status == "passed", result.failure_message()
+
+
+def test_command_deadline_overrun_fails_with_both_numbers(target: Target) -> None:
+    """A subject ignoring the command limit fails deadline_kept, naming the limit and the time taken."""
+    case = _case(
+        {
+            "id": "episode-t",
+            "subject": "episode",
+            "family": "timeout",
+            "episode": {
+                "task": TASK,
+                "task_override": {"limits": {"command_seconds": 1}},
+                "script": [
+                    {
+                        "tool": "terminal",
+                        "args": {"command": "sleep {past_command_deadline}; echo done"},
+                        "deadline": "command_seconds",
+                    }
+                ],
+            },
+            "expect": {"deadline_kept": True},
+        }
+    )
+    result = run_case(case, load_subject("catalog_subjects:TinyEpisode", "episode"), target)
+    assert result.status == "failed"
+    kept = next(c for c in result.criteria if c["id"] == "deadline_kept")
+    over = kept["actual"]["overran"][0]
+    assert over["limit_s"] == 1.0
+    assert over["allowed_s"] == 3.5
+    assert over["returned_after_s"] > over["allowed_s"]
+
+
+def test_fixed_policy_window_past_the_cap_is_a_named_skip(target: Target) -> None:
+    """A subject with a fixed 120 s window skips the window case with the reason, never fails it."""
+    case = _case(
+        {
+            "id": "episode-t",
+            "subject": "episode",
+            "family": "timeout",
+            "episode": {
+                "task": TASK,
+                "task_override": {"limits": {"policy_seconds": 1}},
+                "script": [{"tool": "sleep", "until": "policy_seconds"}],
+            },
+            "expect": {"reward": 0.0},
+        }
+    )
+    subject = load_subject("catalog_subjects:TinyEpisode", "episode")
+    fixed = type(subject)(
+        subject.kind,
+        subject.spec,
+        subject.factory,
+        parse_contract({"limits": {"policy_seconds": 120}}, "episode", "test"),
+    )
+    result = run_case(case, fixed, target)
+    assert result.status == "skipped"
+    assert result.reason == "policy window 120 s exceeds the 30 s cap (a fixed limit)"
+
+
+def test_raises_is_judged_from_outside_without_a_class() -> None:
+    """For third-party code any exception at a scoring call satisfies raises, and says so."""
+    case = _reward({"raises": "InfrastructureError"})
+    obs = Observation(subject="reward")
+    obs.calls = [
+        Call(name="factory", returned=True),
+        Call(name="reward", error={"type": "RuntimeError", "hierarchy": ["RuntimeError"], "message": "boom"}),
+    ]
+    criteria = judge(case, obs, Contract(kind="reward"), [])
+    raises = next(c for c in criteria if c["id"] == "raises")
+    assert raises["passed"]
+    assert "any exception type" in raises["description"]
+    assert not [c for c in criteria if c["id"] == "raises-class"]
+    declared = judge(case, obs, Contract(kind="reward", raises_classes=("InfrastructureError",)), [])
+    assert not next(c for c in declared if c["id"] == "raises-class")["passed"]
+
+
+def test_failure_line_names_the_completion() -> None:
+    """A score mismatch names the case description and which completion scored what."""
+    case = _reward({"rewards": [1.0, 0.0]})
+    case.reward.completions = case.reward.completions * 2
+    obs = Observation(subject="reward")
+    obs.calls = [Call(name="factory", returned=True), Call(name="reward", returned=True, value=[1.0, 1.0])]
+    rewards = next(c for c in judge(case, obs, Contract(kind="reward"), []) if c["id"] == "rewards")
+    assert rewards["actual"]["differs"] == [{"completion": 1, "expected": 0.0, "got": 1.0}]
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"columns": "vinfo"}, "columns='vinfo' is not valid"),
+        ({"task": "yaml"}, "task='yaml' is not valid"),
+        ({"limits": {"command_seconds": -1}}, "limits.command_seconds=-1 is not valid"),
+        ({"tool": {}}, "unknown episode contract key(s) ['tool']"),
+    ],
+)
+def test_bad_contract_names_the_key(raw: dict[str, Any], message: str) -> None:
+    """A bad declaration is one ConfigError naming the key, the value and the fix."""
+    kind = "reward" if "columns" in raw else "episode"
+    with pytest.raises(ConfigError) as info:
+        parse_contract(raw, kind, "mypkg.env:Env e2b_contract")
+    assert message in str(info.value)
