@@ -43,6 +43,8 @@ class Runtime:
         self._failure: str | None = None
         self._cases: list[Case] | None = None
         self._subjects: dict[str, Subject] = {}
+        #: What made the run's evidence incomplete (target start, final sweep); the reporter reads it.
+        self.problems: list[str] = []
         self.stale_runs: list[str] = []  # live only: earlier runs with sandboxes still alive
 
     def subject(self, kind: str) -> Subject | None:
@@ -65,10 +67,26 @@ class Runtime:
             raise InfrastructureError(self._failure)
         if self._target is None:
             try:
-                self._target = open_target(self.settings.live, self.settings.run_id)
+                target = open_target(self.settings.live, self.settings.run_id)
             except Exception as exc:  # remembered: every later case fails fast with the same message
                 self._failure = f"the {self.settings.mode} target did not start: {type(exc).__name__}: {exc}"
+                self.problems.append(self._failure)
                 raise InfrastructureError(self._failure) from None
+            if self.settings.live:
+                try:
+                    # One listing through the proxy proves the API answers and takes the key; an
+                    # unreachable API would otherwise make every "raises" case pass for the wrong reason.
+                    target.sandboxes()
+                except Exception as exc:
+                    with contextlib.suppress(Exception):
+                        target.close()
+                    self._failure = (
+                        f"the live E2B API at {target.endpoint or 'the configured URL'} did not answer: "
+                        f"{type(exc).__name__}: {str(exc)[:200]}; check the network and E2B_API_KEY"
+                    )
+                    self.problems.append(self._failure)
+                    raise InfrastructureError(self._failure) from None
+            self._target = target
         return self._target
 
     @property
@@ -121,8 +139,15 @@ class Runtime:
                     server.close_shared_servers()
             try:
                 target.sweep()
+            except Exception as exc:  # reported in the bundle, never a traceback at session end
+                self.problems.append(f"the final sweep failed: {type(exc).__name__}: {str(exc)[:200]}")
             finally:
-                target.close()
+                try:
+                    target.close()
+                except Exception as exc:
+                    self.problems.append(
+                        f"stopping the target failed: {type(exc).__name__}: {str(exc)[:200]}"
+                    )
 
 
 class CaseItem(pytest.Item):
@@ -146,10 +171,17 @@ class CaseItem(pytest.Item):
             reason = f"not runnable {settings.mode}: {self.case.modes_reason}"
             self.e2b_result = CaseRecord.for_case(self.case, self.subject.spec, "skipped", reason)
             pytest.skip(reason)
+        try:
+            target = runtime.target()
+        except InfrastructureError as exc:
+            # One clear error, then stop: the remaining cases are recorded as not run.
+            self.e2b_result = CaseRecord.for_case(self.case, self.subject.spec, "error", str(exc))
+            self.session.shouldstop = "the e2b target is unavailable"
+            raise
         result = run_case(
             self.case,
             self.subject,
-            runtime.target(),
+            target,
             extra_tools=settings.episode_tools,
             relax=settings.relax,
         )

@@ -114,10 +114,19 @@ class EvidenceReporter:
         from pytest_e2b_env.evidence import BundleWriter, verify_bundle
 
         stopped = bool(session.shouldstop or session.shouldfail)
+        from pytest_e2b_env.adapter.items import runtime_key
+
+        known = {c.id: c for c in (self.config.stash[runtime_key]._cases or [])}
         for case_id in self.expected:
             if case_id not in self.records and stopped:
                 reason = f"not run: the session stopped early ({session.shouldstop or session.shouldfail})"
-                self.records[case_id] = CaseRecord.not_run(case_id, reason).to_dict()
+                case = known.get(case_id)
+                fields = (
+                    {"subject": case.subject, "family": case.family, "description": case.description}
+                    if case is not None
+                    else {}
+                )
+                self.records[case_id] = CaseRecord.not_run(case_id, reason, **fields).to_dict()
         if not self.info.get("catalog_hash"):
             try:
                 from pytest_e2b_env.adapter.items import runtime_key
@@ -145,6 +154,9 @@ class EvidenceReporter:
             manifest["live_endpoint"] = "E2B (through the fault proxy)"
         try:
             writer = BundleWriter(self.settings.evidence, self.settings.run_id, manifest)
+
+            for problem in self.config.stash[runtime_key].problems:
+                writer.add_problem(problem)
             for record in self.records.values():
                 writer.add_case(record)
             for case_id, events in self.trajectories.items():

@@ -105,6 +105,11 @@ class BundleWriter:
 
     # -- collecting ---------------------------------------------------------------------------
 
+    def add_problem(self, text: str) -> None:
+        """Mark the bundle incomplete and say why (e.g. the target never started)."""
+        with self._lock:
+            self._problems.append(str(text))
+
     def add_case(self, record: dict[str, Any]) -> None:
         """Record one case's outcome (see the module docs for the fields); never dropped."""
         with self._lock:

@@ -46,3 +46,33 @@ def test_reward_fault_cases_pass_live_through_the_proxy(upstream: Any, tmp_path:
     for path in bundle.rglob("*"):
         if path.is_file():
             assert upstream.api_key not in path.read_text(errors="replace"), path
+
+
+def test_unreachable_live_api_is_one_clear_error_and_an_incomplete_bundle(tmp_path: Path) -> None:
+    """An E2B API nobody answers stops the run after one clear error; the bundle says incomplete."""
+    import socket
+
+    with socket.socket() as sock:  # a loopback port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    cases = Path(__file__).resolve().parents[2] / "cases"
+    (tmp_path / "pytest.ini").write_text(INI.format(cases=cases))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("E2B_", "PYTEST_"))}
+    env |= {"E2B_API_KEY": "e2b_" + "0" * 40, "PYTEST_E2B_ENV_LIVE_API_URL": dead}
+    env["PYTEST_E2B_ENV_LIVE_SANDBOX_URL"] = dead
+    evidence = tmp_path / "evidence"
+    command = [sys.executable, "-m", "pytest", "--e2b-live", "-p", "no:cacheprovider", "-q"]
+    command += ["--e2b-evidence", str(evidence), "-k", "reward-auth or reward-good"]
+    run = subprocess.run(
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    out = run.stdout + run.stderr
+    assert run.returncode == 2, out[-3000:]  # pytest's "interrupted": the run stopped at the first case
+    assert "Traceback" not in out, out[-3000:]
+    errors = [line for line in out.splitlines() if line.startswith("InfrastructureError: the live E2B API")]
+    assert len(errors) == 1, out[-3000:]
+    assert "1 failed" in run.stdout, run.stdout[-2000:]
+    (bundle,) = evidence.iterdir()
+    manifest = json.loads((bundle / "run-manifest.json").read_text())
+    assert manifest["complete"] is False
+    assert any("did not answer" in p for p in manifest["problems"]), manifest["problems"]
