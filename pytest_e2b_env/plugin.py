@@ -148,6 +148,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         if spec
     )
     lines = [f"e2b: mode={settings.mode} run_id={settings.run_id} isolation={isolation}"]
+    if target is not None and not settings.live and not target.isolation.startswith("namespaces"):
+        # Said up front: these cases' programs would run on this host, so they are skipped.
+        lines.append("e2b: hostile and isolation cases are skipped below the namespaces level (run as root)")
     if subjects:
         lines.append(f"e2b subjects: {subjects}")
     return lines + [f"e2b: {line}" for line in runtime.stale_runs]
