@@ -13,7 +13,6 @@ from pytest_e2b_env.data import cases_dir
 from pytest_e2b_env.emulator import Emulator
 from pytest_e2b_env.target import Target, new_run_id
 
-
 SPECS = {"reward": "pytest_e2b_env.reward:reward_subject", "episode": "catalog_subjects:TinyEpisode"}
 
 
