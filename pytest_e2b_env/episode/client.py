@@ -43,9 +43,12 @@ def warm_up() -> None:
         return  # a running server was named: nothing to start
     import e2b  # noqa: F401  (the cases import the SDK anyway; once, here, in one thread)
     import openenv.core.env_server.http_server  # noqa: F401
+    import uvicorn  # noqa: F401
 
     from pytest_e2b_env.episode import environment  # noqa: F401
-    from pytest_e2b_env.episode.server import prestart_shared_server
+    from pytest_e2b_env.episode.server import create_app, prestart_shared_server
+
+    create_app()  # builds (and discards) the app: every import the server thread needs happens here
 
     prestart_shared_server(dict(os.environ))
 
