@@ -62,7 +62,12 @@ def test_failing_case_is_a_failure_in_junit(pytester: pytest.Pytester) -> None:
     write_project(pytester, subject="tinyreward:constant_reward")
     result = pytester.runpytest("--e2b-evidence", "ev")
     result.assert_outcomes(failed=2)
-    result.stdout.fnmatch_lines(["*rewards: expected [[]0.0[]], got [[]1.0[]]*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*- rewards: the reward call returned exactly these scores, in completion order",
+            '*expected [[]0.0[]], observed {"got": [[]1.0[]], "differs": [[]{"completion": 0, *',
+        ]
+    )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     bundle = only_bundle(pytester.path / "ev")
     root = ET.parse(bundle / "junit.xml").getroot()
@@ -79,7 +84,7 @@ def test_leaked_sandbox_fails_the_case_and_is_killed(pytester: pytest.Pytester) 
     write_project(pytester, subject="tinyreward:leaky_reward")
     result = pytester.runpytest("--e2b-evidence", "ev", "-k", "correct")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*no-leak: expected [[]], got [[]*"])
+    result.stdout.fnmatch_lines(["*- no-leak: *", "*expected [[][]], observed [[]*"])
     cleanup = read_json(only_bundle(pytester.path / "ev") / "cleanup.json")
     assert any("leaked" in str(r.get("error")) for r in cleanup["records"])
 
