@@ -163,6 +163,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     from pytest_e2b_env.adapter.items import add_catalog_items, catalog_wanted
 
     if catalog_wanted(config, runtime.settings):
+        for kind in ("reward", "episode"):
+            runtime.subject(kind)  # a subject that cannot be imported: one UsageError, before any case
         add_catalog_items(session, items)
     if not runtime.settings.live:
         skip = pytest.mark.skip(reason="needs --e2b-live")
