@@ -33,7 +33,8 @@ INSIDE = (
     "userns_denied",
     "keyring_denied",
     "memfd_denied",
-    "sysv_shm_denied",
+    "sysv_ipc_denied",
+    "bpf_denied",
     "nproc_enforced",
     "inputs_private",
     "daemon_started",
@@ -45,7 +46,7 @@ MAX_NPROC = 256
 MAX_FSIZE = 64 << 20
 MAX_ADDRESS_SPACE = 4 << 30
 # Aggregate memory of one case: every process at its address-space limit, plus both scratch
-# tmpfs. Memory charged to no address space (memfd, SysV shm, keyrings, a tmpfs of a nested
+# tmpfs. Memory charged to no address space (memfd, SysV IPC, BPF maps, a tmpfs of a nested
 # user namespace) is refused by the case's seccomp filter, which the probe proves.
 MAX_CASE_MEMORY = 2 << 30
 

@@ -4,7 +4,7 @@ Package data, standard library only. Reads its expectations as JSON on stdin (wh
 stdin is fed) and prints one JSON object of named checks, each ``true`` when the isolation holds.
 It leaves a ``setsid`` daemon behind on purpose: the runner then proves from outside that the
 daemon died with the case. The refused system calls (user namespaces, keyrings, memfd, SysV
-shm) are tried for real, so a missing or wrong seccomp filter shows as a failed check.
+IPC, BPF maps) are tried for real, so a missing or wrong seccomp filter shows as a failed check.
 """
 
 import ctypes
@@ -27,10 +27,12 @@ KEY_SPEC_USER_SESSION_KEYRING = -5
 KEYCTL_GET_KEYRING_ID = 0
 IPC_CREAT = 0o1000
 IPC_RMID = 0
-# unshare, clone, clone3, add_key, request_key, keyctl, setns
+BPF_MAP_CREATE = 0
+BPF_MAP_TYPE_ARRAY = 2
+# unshare, clone, clone3, add_key, request_key, keyctl, setns, bpf
 SYSCALLS = {
-    "x86_64": (272, 56, 435, 248, 249, 250, 308),
-    "aarch64": (97, 220, 435, 217, 218, 219, 268),
+    "x86_64": (272, 56, 435, 248, 249, 250, 308, 321),
+    "aarch64": (97, 220, 435, 217, 218, 219, 268, 280),
 }
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -98,7 +100,7 @@ def _start_daemon():
 
 def _userns_denied(numbers):
     """No user namespace by unshare or clone (which would allow mounts), clone3 hidden (ENOSYS)."""
-    unshare, clone, clone3, _, _, _, setns = numbers
+    unshare, clone, clone3, _, _, _, setns, _ = numbers
     if _syscall(unshare, CLONE_NEWUSER | CLONE_NEWNS) == 0:
         return False
     if _syscall(unshare, CLONE_NEWNS) == 0:
@@ -121,7 +123,7 @@ def _userns_denied(numbers):
 
 def _keyring_denied(numbers):
     """No keyring is reachable: nothing can be left for, or read from, another case."""
-    _, _, _, add_key, request_key, keyctl, _ = numbers
+    _, _, _, add_key, request_key, keyctl, _, _ = numbers
     for ring in (KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING, KEY_SPEC_SESSION_KEYRING):
         if _syscall(keyctl, KEYCTL_GET_KEYRING_ID, ring, 0) == 0:
             return False
@@ -151,10 +153,31 @@ def _memfd_denied():
     return False
 
 
-def _sysv_shm_denied():
-    shmid = libc.shmget(0, 1 << 20, IPC_CREAT | 0o600)  # IPC_PRIVATE
-    if shmid >= 0:
-        libc.shmctl(shmid, IPC_RMID, None)
+def _sysv_ipc_denied():
+    """No SysV segment, queue or semaphore array (IPC_PRIVATE): kernel memory of no process."""
+    made = False
+    for create, remove, args in (
+        (libc.shmget, libc.shmctl, (1 << 20,)),
+        (libc.msgget, libc.msgctl, ()),
+        (libc.semget, libc.semctl, (1,)),
+    ):
+        ident = create(0, *args, IPC_CREAT | 0o600)
+        if ident >= 0:
+            made = True
+            if remove is libc.semctl:
+                remove(ident, 0, IPC_RMID)
+            else:
+                remove(ident, IPC_RMID, None)
+    return not made
+
+
+def _bpf_denied(numbers):
+    """No BPF map (kernel memory charged to no address space)."""
+    attr = (ctypes.c_uint32 * 32)(BPF_MAP_TYPE_ARRAY, 4, 1 << 20, 1)
+    ctypes.set_errno(0)
+    fd = libc.syscall(ctypes.c_long(numbers[7]), ctypes.c_long(BPF_MAP_CREATE), attr, ctypes.c_long(128))
+    if fd >= 0:
+        os.close(fd)
         return False
     return True
 
@@ -245,7 +268,8 @@ def main():
     checks["userns_denied"] = numbers is not None and _in_child(_userns_denied, numbers)
     checks["keyring_denied"] = numbers is not None and _in_child(_keyring_denied, numbers)
     checks["memfd_denied"] = _memfd_denied()
-    checks["sysv_shm_denied"] = _sysv_shm_denied()
+    checks["sysv_ipc_denied"] = _sysv_ipc_denied()
+    checks["bpf_denied"] = numbers is not None and _bpf_denied(numbers)
     checks["nproc_enforced"] = _nproc_enforced(limits["nproc"])
     checks["inputs_private"] = _upload_unreadable(spec["upload"])
     daemon = _start_daemon()

@@ -73,20 +73,21 @@ SETUP_SECONDS = 10.0
 # * add_key, request_key, keyctl: the user and user-session keyrings belong to uid 65534
 #   of the worker, not to the case, so they would carry data from one case (or candidate) to
 #   the next;
-# * memfd_create, memfd_secret, shmget: memory there is charged to no process's address
-#   space, so it would escape the per-case budget of NPROC x RLIMIT_AS.
+# * memfd_create, memfd_secret, shmget, msgget, semget, bpf: memory there (a memfd, SysV
+#   segments, queues and semaphore arrays, BPF maps) is charged to no process's address space,
+#   so it would escape the per-case budget of NPROC x RLIMIT_AS.
 SECCOMP_ARCHES = {
     "x86_64": (
         0xC000003E,
         {"unshare": 272, "setns": 308, "clone": 56, "clone3": 435, "add_key": 248,
          "request_key": 249, "keyctl": 250, "memfd_create": 319, "memfd_secret": 447,
-         "shmget": 29},
+         "shmget": 29, "msgget": 68, "semget": 64, "bpf": 321},
     ),
     "aarch64": (
         0xC00000B7,
         {"unshare": 97, "setns": 268, "clone": 220, "clone3": 435, "add_key": 217,
          "request_key": 218, "keyctl": 219, "memfd_create": 279, "memfd_secret": 447,
-         "shmget": 194},
+         "shmget": 194, "msgget": 186, "semget": 190, "bpf": 280},
     ),
 }  # fmt: skip
 CLONE_NAMESPACES = 0x7E020000  # NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET

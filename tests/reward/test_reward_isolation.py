@@ -70,7 +70,7 @@ async def test_uploaded_inputs_are_unreadable_by_cases(make_pool: Callable[..., 
 @pytest.mark.parametrize(
     ("weaker", "failed_checks"),
     [
-        (Isolation(seccomp=False), ("userns_denied", "keyring_denied", "memfd_denied", "sysv_shm_denied")),
+        (Isolation(seccomp=False), ("userns_denied", "keyring_denied", "memfd_denied", "sysv_ipc_denied")),
         (Isolation(private_inputs=False), ("inputs_private",)),
     ],
 )
