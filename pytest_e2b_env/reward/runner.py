@@ -257,11 +257,10 @@ def _isolate_and_exec(spec: dict, code_path: str, stdin_fd: int, out_fd: int, er
         os.dup2(stdin_fd, 0)
         os.dup2(out_fd, 1)
         os.dup2(devnull, 2)
-        keep = {0, 1, 2, err_pipe}
-        for fd in range(3, limits["nofile"] + 64):
-            if fd not in keep:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+        # Everything else the runner holds goes: one close_range each side of err_pipe, where
+        # a Python loop over every number cost about a millisecond per case.
+        os.closerange(3, err_pipe)
+        os.closerange(err_pipe + 1, limits["nofile"] + 64)
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "TMPDIR": "/tmp"}
