@@ -28,6 +28,15 @@ INSIDE = (
     "no_capabilities",
     "rlimits_set",
     "fsize_enforced",
+    "ipc_namespace",
+    "uts_namespace",
+    "userns_denied",
+    "keyring_denied",
+    "memfd_denied",
+    "sysv_ipc_denied",
+    "bpf_denied",
+    "nproc_enforced",
+    "inputs_private",
     "daemon_started",
 )
 # Checks the runner makes from outside after the probe ended.
@@ -36,6 +45,15 @@ OUTSIDE = ("tmp_private", "shm_private", "daemon_reaped", "deadline_kills")
 MAX_NPROC = 256
 MAX_FSIZE = 64 << 20
 MAX_ADDRESS_SPACE = 4 << 30
+# Aggregate memory of one case: every process at its address-space limit, plus both scratch
+# tmpfs. Memory charged to no address space (memfd, SysV IPC, BPF maps, a tmpfs of a nested
+# user namespace) is refused by the case's seccomp filter, which the probe proves.
+MAX_CASE_MEMORY = 2 << 30
+
+
+def case_memory_bytes(limits: Limits) -> int:
+    """The most memory one case can hold at once under ``limits``."""
+    return limits.nproc * limits.address_space_bytes + 2 * limits.scratch_bytes
 
 
 def check_preflight(sandbox_id: str, answer: dict[str, Any], limits: Limits) -> dict[str, bool]:
@@ -58,6 +76,7 @@ def check_preflight(sandbox_id: str, answer: dict[str, Any], limits: Limits) -> 
         and 0 < limits.address_space_bytes <= MAX_ADDRESS_SPACE
         and limits.output_bytes <= 65536
     )
+    checks["case_memory_bounded"] = case_memory_bytes(limits) <= MAX_CASE_MEMORY
     failed = sorted(name for name, ok in checks.items() if not ok)
     if failed:
         raise PreflightError(

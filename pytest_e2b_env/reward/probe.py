@@ -3,11 +3,15 @@
 Package data, standard library only. Reads its expectations as JSON on stdin (which also proves
 stdin is fed) and prints one JSON object of named checks, each ``true`` when the isolation holds.
 It leaves a ``setsid`` daemon behind on purpose: the runner then proves from outside that the
-daemon died with the case.
+daemon died with the case. The refused system calls (user namespaces, keyrings, memfd, SysV
+IPC, BPF maps) are tried for real, so a missing or wrong seccomp filter shows as a failed check.
 """
 
+import ctypes
+import errno
 import json
 import os
+import platform
 import resource
 import signal
 import socket
@@ -15,6 +19,31 @@ import sys
 import time
 
 NOBODY = 65534
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNS = 0x00020000
+KEY_SPEC_SESSION_KEYRING = -3
+KEY_SPEC_USER_KEYRING = -4
+KEY_SPEC_USER_SESSION_KEYRING = -5
+KEYCTL_GET_KEYRING_ID = 0
+IPC_CREAT = 0o1000
+IPC_RMID = 0
+BPF_MAP_CREATE = 0
+BPF_MAP_TYPE_ARRAY = 2
+# unshare, clone, clone3, add_key, request_key, keyctl, setns, bpf
+SYSCALLS = {
+    "x86_64": (272, 56, 435, 248, 249, 250, 308, 321),
+    "aarch64": (97, 220, 435, 217, 218, 219, 268, 280),
+}
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+
+
+def _syscall(nr, *args):
+    """errno of a raw system call, 0 when it succeeded."""
+    ctypes.set_errno(0)
+    result = libc.syscall(ctypes.c_long(nr), *(ctypes.c_long(a) if isinstance(a, int) else a for a in args))
+    return 0 if result >= 0 else ctypes.get_errno() or -1
 
 
 def _blocked_write(directory):
@@ -69,6 +98,123 @@ def _start_daemon():
     return pid
 
 
+def _userns_denied(numbers):
+    """No user namespace by unshare or clone (which would allow mounts), clone3 hidden (ENOSYS)."""
+    unshare, clone, clone3, _, _, _, setns, _ = numbers
+    if _syscall(unshare, CLONE_NEWUSER | CLONE_NEWNS) == 0:
+        return False
+    if _syscall(unshare, CLONE_NEWNS) == 0:
+        return False
+    ctypes.set_errno(0)
+    pid = libc.syscall(
+        ctypes.c_long(clone), ctypes.c_long(CLONE_NEWUSER | signal.SIGCHLD), *[ctypes.c_long(0)] * 4
+    )
+    if pid == 0:
+        os._exit(0)  # the child of a clone that should have been refused: leave at once
+    if pid > 0:
+        os.waitpid(pid, 0)
+        return False
+    with open("/proc/self/ns/user", "rb") as fh:
+        target = fh.fileno()
+        if _syscall(setns, target, 0) != errno.EPERM:  # refused by the filter, not by the kernel
+            return False
+    return _syscall(clone3, None, 0) == errno.ENOSYS
+
+
+def _keyring_denied(numbers):
+    """No keyring is reachable: nothing can be left for, or read from, another case."""
+    _, _, _, add_key, request_key, keyctl, _, _ = numbers
+    for ring in (KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING, KEY_SPEC_SESSION_KEYRING):
+        if _syscall(keyctl, KEYCTL_GET_KEYRING_ID, ring, 0) == 0:
+            return False
+        if _syscall(add_key, b"user", b"pe2b-probe", b"x", 1, ring) == 0:
+            return False
+    return _syscall(request_key, b"user", b"pe2b-probe", None, 0) == errno.EPERM
+
+
+def _in_child(check, *args):
+    """Run ``check`` in a child: an unshare that wrongly succeeds must not move the probe itself."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            ok = check(*args)
+        except BaseException:
+            ok = False
+        os._exit(0 if ok is True else 1)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
+def _memfd_denied():
+    try:
+        os.close(os.memfd_create("pe2b-probe"))
+    except OSError:
+        return True
+    return False
+
+
+def _sysv_ipc_denied():
+    """No SysV segment, queue or semaphore array (IPC_PRIVATE): kernel memory of no process."""
+    made = False
+    for create, remove, args in (
+        (libc.shmget, libc.shmctl, (1 << 20,)),
+        (libc.msgget, libc.msgctl, ()),
+        (libc.semget, libc.semctl, (1,)),
+    ):
+        ident = create(0, *args, IPC_CREAT | 0o600)
+        if ident >= 0:
+            made = True
+            if remove is libc.semctl:
+                remove(ident, 0, IPC_RMID)
+            else:
+                remove(ident, IPC_RMID, None)
+    return not made
+
+
+def _bpf_denied(numbers):
+    """No BPF map (kernel memory charged to no address space)."""
+    attr = (ctypes.c_uint32 * 32)(BPF_MAP_TYPE_ARRAY, 4, 1 << 20, 1)
+    ctypes.set_errno(0)
+    fd = libc.syscall(ctypes.c_long(numbers[7]), ctypes.c_long(BPF_MAP_CREATE), attr, ctypes.c_long(128))
+    if fd >= 0:
+        os.close(fd)
+        return False
+    return True
+
+
+def _nproc_enforced(limit):
+    """Fork sleepers until refused: the case never holds more than ``limit`` processes."""
+    read_end, write_end = os.pipe()
+    children = []
+    try:
+        for _ in range(limit + 4):
+            try:
+                pid = os.fork()
+            except OSError:
+                break
+            if pid == 0:
+                os.close(write_end)
+                os.read(read_end, 1)
+                os._exit(0)
+            children.append(pid)
+    finally:
+        os.close(write_end)
+        os.close(read_end)
+        for pid in children:
+            os.waitpid(pid, 0)
+    return 1 + len(children) <= limit
+
+
+def _upload_unreadable(path):
+    try:
+        with open(path, "rb"):
+            return False
+    except PermissionError:
+        return True  # anything else (no such file) means the inbox is not where uploads go
+    except OSError:
+        return False
+
+
 def _fsize_enforced(limit):
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
@@ -100,6 +246,8 @@ def main():
         with open(os.path.join("/dev/shm", spec["marker"]), "w", encoding="utf-8") as fh:
             fh.write("probe")
     checks["net_namespace"] = os.stat("/proc/self/ns/net").st_ino != spec["outer_netns"]
+    checks["ipc_namespace"] = os.stat("/proc/self/ns/ipc").st_ino != spec["outer_ipcns"]
+    checks["uts_namespace"] = os.stat("/proc/self/ns/uts").st_ino != spec["outer_utsns"]
     checks["only_loopback"] = {name for _, name in socket.if_nameindex()} <= {"lo"}
     checks["loopback_unreachable"] = _connect_fails("127.0.0.1", spec["listen_port"])
     checks["egress_unreachable"] = _connect_fails("1.1.1.1", 53) and _connect_fails("8.8.8.8", 443)
@@ -114,8 +262,16 @@ def main():
     }
     checks["rlimits_set"] = all(
         resource.getrlimit(res) == (limits[key], limits[key]) for key, res in expected.items()
-    )
+    ) and resource.getrlimit(resource.RLIMIT_MSGQUEUE) == (0, 0)
     checks["fsize_enforced"] = _fsize_enforced(limits["fsize_bytes"])
+    numbers = SYSCALLS.get(platform.machine())
+    checks["userns_denied"] = numbers is not None and _in_child(_userns_denied, numbers)
+    checks["keyring_denied"] = numbers is not None and _in_child(_keyring_denied, numbers)
+    checks["memfd_denied"] = _memfd_denied()
+    checks["sysv_ipc_denied"] = _sysv_ipc_denied()
+    checks["bpf_denied"] = numbers is not None and _bpf_denied(numbers)
+    checks["nproc_enforced"] = _nproc_enforced(limits["nproc"])
+    checks["inputs_private"] = _upload_unreadable(spec["upload"])
     daemon = _start_daemon()
     checks["daemon_started"] = daemon > 0 and os.path.exists(f"/proc/{daemon}")
     print(json.dumps({"checks": checks}))

@@ -18,6 +18,9 @@ from typing import Any
 REMOTE_DIR = "/opt/pytest-e2b-env/reward"
 RUNNER = f"{REMOTE_DIR}/runner.py"
 SERVE_DIR = f"{REMOTE_DIR}/serve"  # root-only FIFOs of the persistent runner (req, resp) and its pid
+# Root-only (0700) upload directory for payloads too big for one command: a file the files API
+# writes is world-readable (0644), and every case of the candidate could read all its inputs.
+INBOX_DIR = f"{REMOTE_DIR}/inbox"
 PYTHON = "/usr/bin/python3"
 # bash -c takes the command as one argv string; Linux caps a single string at 128 KiB.
 MAX_COMMAND_BYTES = 120_000
@@ -29,11 +32,15 @@ class ProtocolError(Exception):
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-case resource limits applied inside the worker (see docs/reward.md)."""
+    """Per-case resource limits applied inside the worker (see docs/reward.md).
 
-    nproc: int = 32
+    ``nproc`` x ``address_space_bytes`` is the case's aggregate memory budget (1 GiB here): the
+    kernel caps the processes of the case's uid, and each one's address space.
+    """
+
+    nproc: int = 8
     fsize_bytes: int = 1 << 20
-    address_space_bytes: int = 512 << 20
+    address_space_bytes: int = 128 << 20
     nofile: int = 256
     scratch_bytes: int = 16 << 20
     output_bytes: int = 65536
@@ -52,6 +59,8 @@ class Isolation:
     network: bool = True
     drop_privileges: bool = True
     no_new_privs: bool = True
+    seccomp: bool = True
+    private_inputs: bool = True
 
 
 @dataclass
@@ -111,9 +120,10 @@ def install_command(payload: Payload) -> str:
     """
     runner = resource_text("runner.py")
     delimiter = "PE2B_RUNNER_" + secrets.token_hex(8)
+    inbox_mode = "700" if payload.isolation.private_inputs else "755"  # 755: a test seam only
     prefix = (
-        f"set -e; umask 022; mkdir -p {REMOTE_DIR}/jobs {SERVE_DIR};"
-        f" chmod 755 /opt/pytest-e2b-env {REMOTE_DIR}; chmod 700 {SERVE_DIR};"
+        f"set -e; umask 022; mkdir -p {REMOTE_DIR}/jobs {SERVE_DIR} {INBOX_DIR};"
+        f" chmod 755 /opt/pytest-e2b-env {REMOTE_DIR}; chmod 700 {SERVE_DIR}; chmod {inbox_mode} {INBOX_DIR};"
         f" rm -f {SERVE_DIR}/req {SERVE_DIR}/resp {SERVE_DIR}/pid;"
         f" cat > {RUNNER} <<'{delimiter}'\n{runner}\n{delimiter}\nchmod 444 {RUNNER}\n"
     )

@@ -11,9 +11,10 @@ Each case runs in a fresh process tree:
 * fork A (root): ``unshare`` mount, pid, net, ipc and uts namespaces, then fork B;
 * B is pid 1 of the new pid namespace: private mount propagation, the whole mount tree
   read-only, a fresh ``/proc``, private tmpfs ``/tmp`` and ``/dev/shm`` (scratch), rlimits
-  (NPROC, FSIZE, AS, CPU, CORE, NOFILE), capability bounding set emptied, uid/gid 65534
-  with no groups, ``no_new_privs``, then ``exec python3 -I -B solution.py`` with the case
-  input on stdin (a memfd, so a program that never reads stdin cannot block us);
+  (NPROC, FSIZE, AS, CPU, CORE, NOFILE, MSGQUEUE), capability bounding set emptied, a seccomp
+  filter (no new namespaces, no keyrings, no memory outside the address-space budget),
+  uid/gid 65534 with no groups, ``no_new_privs``, then ``exec python3 -I -B solution.py``
+  with the case input on stdin (a memfd, so a program that never reads stdin cannot block us);
 * A enforces the wall deadline: SIGKILL to B kills every process of the namespace,
   ``setsid`` daemons included, because B is its pid 1.
 
@@ -55,10 +56,50 @@ SYS_MOUNT_SETATTR = 442  # x86-64 and aarch64 share this number
 PR_SET_NO_NEW_PRIVS = 38
 PR_CAPBSET_DROP = 24
 PR_SET_PDEATHSIG = 1
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
 NOBODY = 65534
 PYTHON = "/usr/bin/python3"
 HOME = os.path.dirname(os.path.abspath(__file__))
+INBOX = os.path.join(HOME, "inbox")  # root-only uploads (protocol.INBOX_DIR)
 SETUP_SECONDS = 10.0
+
+# The seccomp filter of every case. Per architecture: the AUDIT_ARCH value and the numbers of
+# the system calls it refuses. Why each is refused:
+# * unshare, setns, clone with any CLONE_NEW* flag: a user namespace of its own gives the
+#   program every capability over new mounts (a tmpfs of any size, past the scratch limit);
+# * clone3: its flags sit behind a pointer a filter cannot read; ENOSYS makes libc fall
+#   back to clone, whose flags it can;
+# * add_key, request_key, keyctl: the user and user-session keyrings belong to uid 65534
+#   of the worker, not to the case, so they would carry data from one case (or candidate) to
+#   the next;
+# * memfd_create, memfd_secret, shmget, msgget, semget, bpf: memory there (a memfd, SysV
+#   segments, queues and semaphore arrays, BPF maps) is charged to no process's address space,
+#   so it would escape the per-case budget of NPROC x RLIMIT_AS.
+SECCOMP_ARCHES = {
+    "x86_64": (
+        0xC000003E,
+        {"unshare": 272, "setns": 308, "clone": 56, "clone3": 435, "add_key": 248,
+         "request_key": 249, "keyctl": 250, "memfd_create": 319, "memfd_secret": 447,
+         "shmget": 29, "msgget": 68, "semget": 64, "bpf": 321},
+    ),
+    "aarch64": (
+        0xC00000B7,
+        {"unshare": 97, "setns": 268, "clone": 220, "clone3": 435, "add_key": 217,
+         "request_key": 218, "keyctl": 219, "memfd_create": 279, "memfd_secret": 447,
+         "shmget": 194, "msgget": 186, "semget": 190, "bpf": 280},
+    ),
+}  # fmt: skip
+CLONE_NAMESPACES = 0x7E020000  # NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
+X32_SYSCALL_BIT = 0x40000000
+SECCOMP_RET_KILL_PROCESS = 0x80000000
+SECCOMP_RET_ERRNO = 0x00050000
+SECCOMP_RET_ALLOW = 0x7FFF0000
+BPF_LD_W_ABS = 0x20
+BPF_JEQ_K = 0x15
+BPF_JGE_K = 0x35
+BPF_JSET_K = 0x45
+BPF_RET_K = 0x06
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -112,11 +153,66 @@ def _readonly_tree() -> None:
         _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, None)
 
 
+class _SockFilter(ctypes.Structure):
+    _fields_ = [
+        ("code", ctypes.c_uint16),
+        ("jt", ctypes.c_uint8),
+        ("jf", ctypes.c_uint8),
+        ("k", ctypes.c_uint32),
+    ]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def _seccomp_program() -> list[tuple[int, int, int, int]]:
+    """The case filter as classic BPF over ``struct seccomp_data`` (nr at 0, arch at 4, args at 16)."""
+    machine = os.uname().machine
+    if machine not in SECCOMP_ARCHES:
+        raise SetupError(f"seccomp filter: unsupported architecture {machine!r} (x86_64 or aarch64)")
+    arch, numbers = SECCOMP_ARCHES[machine]
+    eperm, enosys = SECCOMP_RET_ERRNO | errno.EPERM, SECCOMP_RET_ERRNO | errno.ENOSYS
+    prog = [
+        (BPF_LD_W_ABS, 0, 0, 4),
+        (BPF_JEQ_K, 1, 0, arch),
+        (BPF_RET_K, 0, 0, SECCOMP_RET_KILL_PROCESS),  # another ABI (i386 int 0x80): nothing runs
+        (BPF_LD_W_ABS, 0, 0, 0),
+    ]
+    if machine == "x86_64":  # x32 system calls would bypass the numbers below
+        prog += [(BPF_JGE_K, 0, 1, X32_SYSCALL_BIT), (BPF_RET_K, 0, 0, SECCOMP_RET_KILL_PROCESS)]
+    for name, nr in sorted(numbers.items()):
+        if name != "clone":
+            prog += [(BPF_JEQ_K, 0, 1, nr), (BPF_RET_K, 0, 0, enosys if name == "clone3" else eperm)]
+    prog += [
+        (BPF_JEQ_K, 0, 3, numbers["clone"]),
+        (BPF_LD_W_ABS, 0, 0, 16),  # low half of args[0] (little endian): the clone flags
+        (BPF_JSET_K, 0, 1, CLONE_NAMESPACES),
+        (BPF_RET_K, 0, 0, eperm),
+        (BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW),
+    ]
+    return prog
+
+
+def _seccomp_fprog() -> tuple[_SockFprog, ctypes.Array]:
+    """The filter ready for prctl (the array must stay referenced until it is loaded)."""
+    prog = _seccomp_program()
+    filters = (_SockFilter * len(prog))(*(_SockFilter(*op) for op in prog))
+    return _SockFprog(len(prog), filters), filters
+
+
+def _install_seccomp(fprog: _SockFprog) -> None:
+    """Load the filter into this process; inherited by every child and kept across exec."""
+    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp filter")
+
+
 def _isolate_and_exec(spec: dict, code_path: str, stdin_fd: int, out_fd: int, err_pipe: int) -> None:
     """Runs in B (pid 1 of the new pid namespace); never returns."""
     limits = spec["limits"]
     iso = spec["isolation"]
     try:
+        # Built before RLIMIT_AS applies, so no allocation of the runner's can fail after it.
+        seccomp = _seccomp_fprog() if iso.get("seccomp") else None
         if iso["mount_private"]:
             _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
         if iso["readonly_root"]:
@@ -139,6 +235,7 @@ def _isolate_and_exec(spec: dict, code_path: str, stdin_fd: int, out_fd: int, er
             (resource.RLIMIT_CPU, cpu),
             (resource.RLIMIT_CORE, 0),
             (resource.RLIMIT_NOFILE, limits["nofile"]),
+            (resource.RLIMIT_MSGQUEUE, 0),  # POSIX message queues: memory outside RLIMIT_AS
         ):
             if value is not None:
                 resource.setrlimit(res, (value, value))
@@ -147,6 +244,11 @@ def _isolate_and_exec(spec: dict, code_path: str, stdin_fd: int, out_fd: int, er
             for cap in range(64):
                 if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
                     break  # EINVAL past the last capability the kernel knows
+        if seccomp is not None:
+            # Still root here (CAP_SYS_ADMIN in the worker): the filter does not depend on
+            # no_new_privs, and the privilege drop below uses no refused call.
+            _install_seccomp(seccomp[0])
+        if iso["drop_privileges"]:
             os.setgroups([])
             os.setresgid(NOBODY, NOBODY, NOBODY)
             os.setresuid(NOBODY, NOBODY, NOBODY)
@@ -155,11 +257,10 @@ def _isolate_and_exec(spec: dict, code_path: str, stdin_fd: int, out_fd: int, er
         os.dup2(stdin_fd, 0)
         os.dup2(out_fd, 1)
         os.dup2(devnull, 2)
-        keep = {0, 1, 2, err_pipe}
-        for fd in range(3, limits["nofile"] + 64):
-            if fd not in keep:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+        # Everything else the runner holds goes: one close_range each side of err_pipe, where
+        # a Python loop over every number cost about a millisecond per case.
+        os.closerange(3, err_pipe)
+        os.closerange(err_pipe + 1, limits["nofile"] + 64)
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "TMPDIR": "/tmp"}
@@ -366,17 +467,27 @@ def preflight(spec: dict, code: bytes) -> dict:
             port = listener.getsockname()[1]
         except OSError:
             port = 0  # the worker itself has no loopback: the probe still checks the rest
+        # An upload as the files API leaves it (0644, in the inbox): no case may read it.
+        upload = os.path.join(INBOX, f"{marker}.in")
         probe_input = {
             "marker": marker,
             "outer_netns": os.stat("/proc/self/ns/net").st_ino,
             "outer_pidns": os.stat("/proc/self/ns/pid").st_ino,
+            "outer_ipcns": os.stat("/proc/self/ns/ipc").st_ino,
+            "outer_utsns": os.stat("/proc/self/ns/uts").st_ino,
             "listen_port": port,
             "limits": spec["limits"],
             "forbidden_writes": ["/", "/etc", "/usr", HOME, "/var/tmp"],
+            "upload": upload,
         }
         job_dir = os.path.join(HOME, "jobs", spec["nonce"])
         code_path = _write_code(job_dir, code)
         try:
+            try:
+                with open(os.open(upload, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), "w") as fh:
+                    fh.write("probe upload\n")
+            except OSError:
+                pass  # no inbox: the probe then reports inputs_private false
             probe = run_case(spec, code_path, json.dumps(probe_input).encode())
             # The probe's daemon still carries the job path (with the nonce) in its command line.
             leftovers = _processes_of(NOBODY, spec["nonce"])
@@ -388,6 +499,8 @@ def preflight(spec: dict, code: bytes) -> dict:
             deadline = run_case(slow, sleeper_path, b"")
         finally:
             _remove_job(job_dir)
+            with contextlib.suppress(OSError):
+                os.unlink(upload)
     finally:
         listener.close()
     outside = {

@@ -27,8 +27,8 @@ from e2b import (
 from e2b.sandbox.sandbox_api import SandboxQuery
 
 from pytest_e2b_env.reward.protocol import (
+    INBOX_DIR,
     MAX_COMMAND_BYTES,
-    REMOTE_DIR,
     Payload,
     ProtocolError,
     install_command,
@@ -134,7 +134,7 @@ class WorkerClient:
         if len(stdin) + 400 <= MAX_COMMAND_BYTES:
             command = run_command(stdin, command_timeout)
         else:  # too big for one argv string: one upload, then the same command reading the file
-            path = f"{REMOTE_DIR}/jobs/{payload.nonce}.in"
+            path = f"{INBOX_DIR}/{payload.nonce}.in"  # root-only directory: no case can read it
             await worker.sandbox.files.write(path, stdin, user="root", request_timeout=self.request_timeout)
             command = run_command(None, command_timeout, stdin_file=path)
         result = await worker.sandbox.commands.run(
