@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import shlex
 import signal
@@ -45,6 +46,7 @@ class KernelStartError(Exception):
     """The runner did not come up inside the sandbox."""
 
 
+@functools.cache
 def runner_source() -> bytes:
     """The runner's source, shipped as package data."""
     return resources.files("pytest_e2b_env.emulator.interpreter").joinpath("runner.py").read_bytes()
@@ -125,18 +127,29 @@ class Kernel:
         self._ending: str | None = None  # why we are stopping the runner ourselves
         self._lost = False
         self._stderr: deque[bytes] = deque(maxlen=16)
+        self._retiring = False  # the runner said it stops after its cell (exit())
 
     @property
     def running(self) -> bool:
-        return self.popen is not None and self._reader_task is not None and not self._reader_task.done()
+        return (
+            self.popen is not None
+            and not self._retiring
+            and self._reader_task is not None
+            and not self._reader_task.done()
+        )
 
     # ------------------------------------------------------------------ start
     async def _start(self) -> None:
         if self._lost:
             raise KernelLost
-        loop = asyncio.get_running_loop()
-        source = runner_source()
-        cmd = "exec python3 -c " + shlex.quote(_BOOT.format(n=len(source)))
+        old = self._reader_task
+        if old is not None and not old.done():  # a retiring runner: let it end first
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(old), 5)
+            if not old.done():
+                await self._stop_process()
+        self._retiring = False
+        cmd = "exec python3 -c " + shlex.quote(_BOOT.format(n=len(runner_source())))
         try:
             popen = self.sbx.box.spawn(cmd, dict(self.sbx.envs), KERNEL_HOME, KERNEL_USER, True)
         except (ProcessLookupError, OSError) as exc:
@@ -147,11 +160,22 @@ class Kernel:
             if not self.sbx.running or not self.sbx.box.alive():
                 raise KernelLost from exc
             raise KernelStartError(f"cannot start python3 in the sandbox: {exc}") from exc
+        self.popen = popen
+        self._ending = None
+        try:
+            await self._connect(popen)
+        except BaseException:  # cancelled (the client left) or failed: no half-started runner stays
+            if self.popen is popen:
+                self._reap(self._detach_process())
+            raise
+
+    async def _connect(self, popen: subprocess.Popen[bytes]) -> None:
+        """Hand the runner its source and wait until it says it is ready."""
         assert popen.stdin is not None
         assert popen.stdout is not None
         assert popen.stderr is not None
-        self.popen = popen
-        self._ending = None
+        loop = asyncio.get_running_loop()
+        source = runner_source()
         reader = asyncio.StreamReader(limit=LINE_LIMIT)
         out, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), popen.stdout)
         err, _ = await loop.connect_read_pipe(lambda: _Tail(self._stderr), popen.stderr)
@@ -210,6 +234,9 @@ class Kernel:
                 current = self._current
                 if not isinstance(message, dict) or current is None or message.get("id") != current.cell_id:
                     continue  # output between cells, or of a cell nobody waits for
+                if message.get("type") == "exiting":
+                    self._retiring = True
+                    continue
                 if message.get("type") == "done":
                     self._current = None
                     current.finish(DONE)

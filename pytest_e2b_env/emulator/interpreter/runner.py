@@ -17,6 +17,7 @@ Replies on the original stdout (``id`` names the cell)::
     {"id": ..., "type": "stream", "name": "stdout"|"stderr", "text": "..."}
     {"id": ..., "type": "display", "main": true|false, "data": {"text/plain": "..."}}
     {"id": ..., "type": "error", "ename": "...", "evalue": "...", "traceback": ["...", ...]}
+    {"id": ..., "type": "exiting"}   (exit() was called: the kernel stops after this cell)
     {"id": ..., "type": "done"}
 
 The cell's fds 1 and 2 are pipes read by this process, so output of subprocesses shows up
@@ -201,6 +202,8 @@ class Kernel:
                 else:
                     os.environ[key] = old
             self._flush_streams()
+            if self.exit_requested:  # so the next cell waits for a fresh kernel, not this one
+                self._send({"type": "exiting"})
             self._send({"type": "done"})
             self.channel.cell = None
 
