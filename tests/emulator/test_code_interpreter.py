@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -175,11 +177,12 @@ def test_kernel_runs_as_root_in_home_user_and_shares_the_sandbox(ci: Sandbox) ->
     assert ci.run_code("open('/home/user/from_files.txt').read()", timeout=T).text == "f"
 
 
-def test_host_files_are_not_reachable(ci: Sandbox, needs_namespaces: None, tmp_path: Any) -> None:
+def test_host_files_are_not_reachable(ci: Sandbox, needs_namespaces: None) -> None:
     """A file the host made in its own /tmp is not visible to a cell (the sandbox has its own /tmp)."""
-    marker = tmp_path / "host-only.txt"
-    marker.write_text("host")
-    assert ci.run_code(f"import os; os.path.exists({str(marker)!r})", timeout=T).text == "False"
+    with tempfile.TemporaryDirectory(prefix="ci-host-only-") as folder:
+        marker = Path(folder) / "host-only.txt"
+        marker.write_text("host")
+        assert ci.run_code(f"import os; os.path.exists({str(marker)!r})", timeout=T).text == "False"
     assert ci.run_code("import os; os.getpid() < 1000", timeout=T).text == "True"  # own pid namespace
 
 
@@ -260,3 +263,17 @@ def test_ledger_names_the_interpreter_operations(ci: Sandbox, emu: Emulator) -> 
         ("restart_code_context", "POST /contexts/{id}/restart", 200),
         ("remove_code_context", "DELETE /contexts/{id}", 200),
     ]
+
+
+def test_wrong_access_token_is_refused_on_the_port(ci: Sandbox, emu: Emulator) -> None:
+    """The port refuses a wrong X-Access-Token (401); without one (the SDK's context calls) it answers."""
+    import httpx
+
+    headers = {"E2b-Sandbox-Id": ci.sandbox_id, "E2b-Sandbox-Port": "49999"}
+    wrong = httpx.post(
+        f"{emu.url}/execute", json={"code": "1"}, headers={**headers, "X-Access-Token": "nope"}, timeout=T
+    )
+    assert (wrong.status_code, wrong.text) == (401, "Unauthorized")
+    listed = httpx.get(f"{emu.url}/contexts", headers=headers, timeout=T)
+    assert listed.status_code == 200
+    assert [c["language"] for c in listed.json()] == ["python"]

@@ -7,6 +7,7 @@ E2B's server streams them.
 
 from __future__ import annotations
 
-from pytest_e2b_env.emulator.interpreter.service import JUPYTER_PORT, InterpreterService
+from pytest_e2b_env.emulator.interpreter.service import InterpreterService
+from pytest_e2b_env.emulator.routes import JUPYTER_PORT
 
 __all__ = ["JUPYTER_PORT", "InterpreterService"]

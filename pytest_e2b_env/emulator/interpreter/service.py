@@ -36,7 +36,6 @@ Send = Callable[[Message], Awaitable[None]]
 
 Reply = tuple[int, list[tuple[bytes, bytes]], bytes]
 
-JUPYTER_PORT = "49999"
 MAX_BODY = 16 * 1024 * 1024  # one request (the code of a cell)
 MAX_CONTEXTS = 64  # per sandbox: each is a python3 process once used
 LANGUAGE = "python"
