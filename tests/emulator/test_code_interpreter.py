@@ -165,7 +165,7 @@ def test_envs_apply_to_one_cell_and_sandbox_envs_to_all(opts: dict[str, str], ru
         sandbox.kill()
 
 
-def test_kernel_runs_as_root_in_home_user_and_shares_the_sandbox(ci: Sandbox) -> None:
+def test_kernel_runs_as_root_in_home_user_and_shares_the_sandbox(ci: Sandbox, needs_namespaces: None) -> None:
     """The kernel is root in /home/user (E2B's template) and sees the same files as commands."""
     execution = ci.run_code(
         "import os, getpass\nopen('/tmp/from_kernel.txt', 'w').write('k')\n(getpass.getuser(), os.getcwd())",
@@ -193,6 +193,32 @@ def test_any_template_serves_the_port(opts: dict[str, str], run_id: str) -> None
         assert sandbox.run_code("6 * 7", language="python", timeout=T).text == "42"
     finally:
         sandbox.kill()
+
+
+def test_cell_functions_pickle_for_multiprocessing(ci: Sandbox) -> None:
+    """Functions defined in a cell live in __main__, so a multiprocessing pool runs them (as in IPython)."""
+    execution = ci.run_code(
+        "import multiprocessing as mp\ndef square(v):\n    return v * v\n"
+        "with mp.get_context('fork').Pool(2) as pool:\n    result = pool.map(square, [1, 2, 3])\nresult",
+        timeout=T,
+    )
+    assert execution.error is None, execution.error
+    assert execution.text == "[1, 4, 9]"
+
+
+def test_huge_values_and_errors_stay_bounded(ci: Sandbox) -> None:
+    """A huge repr, a huge exception message and deep recursion come back cut, never breaking the kernel."""
+    big = ci.run_code("'x' * (3 * 1024 * 1024)", timeout=T)
+    assert 0 < len(big.text or "") <= 1024 * 1024
+    error = ci.run_code("raise ValueError('v' * (3 * 1024 * 1024))", timeout=T).error
+    assert error is not None
+    assert error.name == "ValueError"
+    assert len(error.value) <= 1024 * 1024
+    deep = ci.run_code("def r(n):\n    return r(n + 1)\nr(0)", timeout=T).error
+    assert deep is not None
+    assert deep.name == "RecursionError"
+    assert len(deep.traceback) <= 2 * 1024 * 1024
+    assert ci.run_code("1 + 1", timeout=T).text == "2"
 
 
 def test_large_output_arrives_whole_in_bounded_chunks(ci: Sandbox) -> None:

@@ -48,7 +48,10 @@ from typing import Any
 STREAM_CHUNK = 32 * 1024  # largest stream message, like envd's output events
 FLUSH_S = 0.2  # ipykernel's OutStream flush interval: quick prints arrive as one message
 MIME_LIMIT = 4 * 1024 * 1024  # one representation larger than this is dropped (noted on stderr)
+BUNDLE_LIMIT = 8 * 1024 * 1024  # all representations of one value (the emulator takes 16 MiB lines)
 REPR_LIMIT = 1024 * 1024  # text/plain is cut here
+TEXT_LIMIT = 1024 * 1024  # an error's value, and its traceback, are cut here
+LINE_LIMIT = 2000  # one source line quoted in a traceback
 DASHES = "-" * 75
 
 _REPR_METHODS = (
@@ -144,15 +147,21 @@ class Kernel:
         self.exit_requested = False
         self.out: dict[int, Any] = {}
         self.inputs: list[str] = [""]
-        self.ns: dict[str, Any] = {
-            "__name__": "__main__",
-            "__builtins__": __import__("builtins"),
-            "In": self.inputs,
-            "Out": self.out,
-            "display": self.display,
-            "exit": self._ask_exit,
-            "quit": self._ask_exit,
-        }
+        # the namespace is __main__'s own dict, as in IPython, so pickle (multiprocessing) finds
+        # functions and classes defined in cells
+        main = types.ModuleType("__main__")
+        sys.modules["__main__"] = main
+        self.ns: dict[str, Any] = main.__dict__
+        self.ns.update(
+            {
+                "__builtins__": __import__("builtins"),
+                "In": self.inputs,
+                "Out": self.out,
+                "display": self.display,
+                "exit": self._ask_exit,
+                "quit": self._ask_exit,
+            }
+        )
         self.loop: Any = None
         self.stdout = _text_stream(1)
         self.stderr = _text_stream(2)
@@ -302,7 +311,7 @@ def _ends_with_semicolon(code: str) -> bool:
 
 def _safe_str(obj: Any) -> str:
     try:
-        return str(obj)
+        return str(obj)[:TEXT_LIMIT]
     except Exception:
         return f"<unprintable {type(obj).__name__} object>"
 
@@ -335,17 +344,20 @@ def mime_bundle(value: Any) -> dict[str, Any]:
             rendered = rendered[0]
         if rendered is not None:
             data[mime] = rendered
+    total = 0
     for mime, rendered in list(data.items()):
         if isinstance(rendered, (bytes, bytearray)):
             rendered = base64.b64encode(bytes(rendered)).decode("ascii")
         try:
             size = len(json.dumps(rendered))
-        except (TypeError, ValueError):
-            rendered, size = _safe_str(rendered), 0
-        if size > MIME_LIMIT:
+        except (TypeError, ValueError, RecursionError):
+            rendered = _safe_str(rendered)[:REPR_LIMIT]
+            size = len(json.dumps(rendered))
+        if size > MIME_LIMIT or total + size > BUNDLE_LIMIT:
             del data[mime]
-            os.write(2, f"display: {mime} representation dropped ({size} bytes > {MIME_LIMIT})\n".encode())
+            os.write(2, f"display: {mime} representation dropped ({size} bytes, over the limit)\n".encode())
             continue
+        total += size
         data[mime] = rendered
     if "text/plain" not in data:
         data["text/plain"] = _plain(value)
@@ -371,7 +383,7 @@ def format_traceback(exc: BaseException, syntax: bool) -> list[str]:
         where = cells.get(exc.filename or "")
         place = f"Cell In[{where}]" if where else f'File "{exc.filename}"'
         head = f"  {place}, line {exc.lineno}\n"
-        line = (exc.text or "").rstrip("\n")
+        line = (exc.text or "").rstrip("\n")[:LINE_LIMIT]
         caret = ""
         if line and exc.offset:
             caret = " " * (4 + max(exc.offset - 1, 0)) + "^\n"
@@ -398,10 +410,12 @@ def format_traceback(exc: BaseException, syntax: bool) -> list[str]:
             if not text:
                 continue
             arrow = f"----> {i}" if i == lineno else f"      {i}"
-            lines.append(f"{arrow} {text.rstrip()}")
+            lines.append(f"{arrow} {text.rstrip()[:LINE_LIMIT]}")
         blocks.append(head + "\n" + "\n".join(lines) + "\n\n")
     value = _safe_str(exc)
     blocks.append(f"{name}: {value}" if value else name)
+    if sum(len(b) for b in blocks) > TEXT_LIMIT:  # deep recursion: keep the head and the tail
+        blocks = [*blocks[:4], "...\n\n", *blocks[-4:]]
     return blocks
 
 
