@@ -127,6 +127,14 @@ def test_syntax_error_runs_nothing(ci: Sandbox) -> None:
     assert ci.run_code("'ran' in dir()", timeout=T).text == "False"
 
 
+def test_input_is_refused_as_ipykernel_refuses_it(ci: Sandbox) -> None:
+    """input() in a cell raises ipykernel's StdinNotImplementedError; the cell's stdin is empty."""
+    execution = ci.run_code("input('name? ')", timeout=T)
+    assert execution.error is not None
+    assert execution.error.name == "StdinNotImplementedError"
+    assert ci.run_code("import sys; sys.stdin.read()", timeout=T).text == ""
+
+
 def test_sys_exit_is_an_error_not_a_restart(ci: Sandbox) -> None:
     """sys.exit(3) in a cell is a SystemExit error (IPython catches it); the state stays."""
     ci.run_code("kept = 1", timeout=T)

@@ -160,6 +160,7 @@ class Kernel:
                 "display": self.display,
                 "exit": self._ask_exit,
                 "quit": self._ask_exit,
+                "input": _no_input,
             }
         )
         self.loop: Any = None
@@ -285,6 +286,14 @@ class Kernel:
 
 
 cells: dict[str, int] = {}  # compiled cell file name -> execution count, for tracebacks
+
+
+class StdinNotImplementedError(NotImplementedError):
+    """ipykernel's error for input() when the frontend takes no input (E2B never does)."""
+
+
+def _no_input(prompt: object = "") -> str:
+    raise StdinNotImplementedError("raw_input was called, but this frontend does not support input requests.")
 
 
 def _text_stream(fd: int) -> Any:
