@@ -3,7 +3,8 @@
 Shipped as package data and started by the emulator through the sandbox's own process
 machinery (``python3 -c <bootstrap>``, the source arriving on stdin), so it sees exactly the
 files, namespaces and limits a command sees. It imports the standard library only: the
-sandbox's ``python3`` has none of the emulator's packages.
+sandbox's ``python3`` has none of the emulator's packages. It is one file on purpose: the
+whole source is what the sandbox receives.
 
 Protocol (one JSON object per line). Requests on the original stdin::
 
