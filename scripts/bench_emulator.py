@@ -4,6 +4,7 @@
 * create -> commands.run("true") -> kill latency (p50, p95)
 * commands.run("true") round trip next to a bare subprocess.run of the same command (ratio)
 * 16 concurrent sandboxes each running 10 commands (errors must be 0)
+* code interpreter: run_code("1+1") round trip (p50, p95) and the first cell (kernel start)
 
 Targets: create+run+kill p50 <= 100 ms, run round trip p50 <= 15 ms.
 Usage: .venv/bin/python scripts/bench_emulator.py [--cycles 40] [--runs 200] [--isolation process|namespaces]
@@ -73,6 +74,26 @@ def bench_run(opts: dict[str, str], runs: int) -> tuple[list[float], list[float]
     return rpc, bare
 
 
+def bench_run_code(opts: dict[str, str], runs: int) -> tuple[float, list[float]]:
+    """The first run_code of a sandbox (starts its kernel), then run_code("1+1") round trips."""
+    from e2b_code_interpreter import Sandbox as CodeSandbox
+
+    sbx = CodeSandbox.create(**opts)
+    try:
+        t0 = time.perf_counter()
+        sbx.run_code("1+1")
+        first = time.perf_counter() - t0
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            if sbx.run_code("1+1").text != "2":
+                raise SystemExit("run_code('1+1') did not give 2")
+            times.append(time.perf_counter() - t0)
+    finally:
+        sbx.kill()
+    return first, times
+
+
 async def bench_concurrent(opts: dict[str, str], sandboxes: int, commands: int) -> tuple[int, int, float]:
     """`sandboxes` concurrent AsyncSandboxes each running `commands` commands; (ok, errors, seconds)."""
     errors = 0
@@ -130,6 +151,11 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"bare bash -l -c   p50 {_ms(statistics.median(bare))}  p95 {_ms(_pct(bare, 0.95))}"
             f"  ratio emulator/bare p50 {ratio:.2f}x"
+        )
+        first, cells = bench_run_code(opts, args.runs)
+        print(
+            f"run_code('1+1')   p50 {_ms(statistics.median(cells))}  p95 {_ms(_pct(cells, 0.95))}"
+            f"  (n={len(cells)}; first cell, starting the kernel: {_ms(first)})"
         )
         ok, errors, took = asyncio.run(bench_concurrent(opts, 16, 10))
         print(f"16 sandboxes x 10 commands: ok {ok}, errors {errors}, wall {took:.2f} s")

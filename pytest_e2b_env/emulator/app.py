@@ -33,6 +33,7 @@ from pytest_e2b_env.emulator.faults import (
     Send,
     read_body,
 )
+from pytest_e2b_env.emulator.interpreter import JUPYTER_PORT, InterpreterService
 from pytest_e2b_env.emulator.ledger import Ledger, op_for
 from pytest_e2b_env.emulator.sandboxes import Registry
 
@@ -122,6 +123,7 @@ class EmulatorApp:
         self.fs_app = filesystem_connect.FilesystemASGIApplication(
             FilesystemService(self.registry), codecs=_CODECS
         )
+        self.interpreter = InterpreterService()
         self._faulted = FaultMiddleware(self._core, self.faults, _Target(self.registry))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -218,6 +220,15 @@ class EmulatorApp:
             await send_answer(send, answer(502, body))
             return
         port = headers.get("e2b-sandbox-port", ENVD_PORT)
+        if port == JUPYTER_PORT:
+            # the SDK sends the access token on run_code only; a wrong one is refused (E2B's server)
+            token = headers.get("x-access-token")
+            if token is not None and token != sbx.envd_access_token:
+                await read_body(receive)
+                await send_answer(send, (401, [(b"content-type", b"text/plain")], b"Unauthorized"))
+                return
+            await self.interpreter(scope, receive, send, sbx)
+            return
         if port != ENVD_PORT:
             await read_body(receive)
             body = {

@@ -26,6 +26,12 @@ ROUTE_OPS: dict[str, str] = {
     "GET /health": "health",
     "GET /files": "file_read",
     "POST /files": "file_write",
+    # the code interpreter (port 49999)
+    "POST /execute": "run_code",
+    "POST /contexts": "create_code_context",
+    "GET /contexts": "list_code_contexts",
+    "POST /contexts/{id}/restart": "restart_code_context",
+    "DELETE /contexts/{id}": "remove_code_context",
 }
 
 

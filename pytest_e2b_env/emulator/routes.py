@@ -15,8 +15,11 @@ STREAM_ROUTES = frozenset(
         "POST /process.Process/Start",
         "POST /process.Process/Connect",
         "POST /filesystem.Filesystem/WatchDir",
+        "POST /execute",  # the code interpreter's run_code
     }
 )
+#: the code-interpreter template's server (``e2b_code_interpreter``'s ``run_code`` and contexts)
+JUPYTER_PORT = "49999"
 
 
 def route_of(method: str, path: str, headers: Mapping[str, str]) -> tuple[str, str | None]:
@@ -27,6 +30,10 @@ def route_of(method: str, path: str, headers: Mapping[str, str]) -> tuple[str, s
     """
     sandbox_id = headers.get("e2b-sandbox-id")
     if sandbox_id is not None:
+        parts = path.split("/")
+        if headers.get("e2b-sandbox-port") == JUPYTER_PORT and len(parts) > 2 and parts[1] == "contexts":
+            parts[2] = "{id}"  # /contexts/<context id>[/restart]
+            path = "/".join(parts)
         return f"{method} {path}", sandbox_id
     parts = path.split("/")
     for i, part in enumerate(parts[:-1]):

@@ -14,6 +14,7 @@ import logging
 import secrets
 import signal
 import string
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +60,16 @@ class Sandbox:
     state: str = "running"  # "running" | "killed"
     procs: dict[int, Proc] = field(default_factory=dict)
     timer: asyncio.TimerHandle | None = None
+    #: called once when the sandbox dies, before its box is killed (servers on other ports)
+    on_kill: list[Callable[[], None]] = field(default_factory=list)
+
+    def _run_kill_hooks(self) -> None:
+        hooks, self.on_kill = self.on_kill, []
+        for hook in hooks:
+            try:
+                hook()
+            except Exception:  # one port's cleanup must not stop the sandbox's kill
+                log.exception("a kill hook of sandbox %s failed", self.sandbox_id)
 
     @property
     def running(self) -> bool:
@@ -188,6 +199,7 @@ class Registry:
             sbx.timer.cancel()
         for proc in list(sbx.procs.values()):
             proc.detach()  # before box.kill() closes the pipes our event loop is watching
+        sbx._run_kill_hooks()
         try:
             await asyncio.to_thread(sbx.box.kill)
         except Exception as exc:
@@ -218,6 +230,7 @@ class Registry:
             sbx.state = "killed"
             for proc in list(sbx.procs.values()):
                 proc.detach()
+            sbx._run_kill_hooks()
             with contextlib.suppress(Exception):
                 sbx.box.kill()
         self._boxes.clear()

@@ -18,6 +18,7 @@ from e2b import (
     SandboxQuery,
     SandboxState,
 )
+from emu_helpers import eventually
 
 from pytest_e2b_env.emulator import Emulator
 
@@ -110,8 +111,11 @@ def test_lifetime_expiry_kills_the_sandbox(opts: dict[str, str], emu: Emulator) 
     with pytest.raises(SandboxNotFoundException):
         sbx.get_info()
     assert sbx.kill() is False
-    ops = [(e["op"], e["sandbox_id"]) for e in emu.ledger(since=mark)]
-    assert ("expire", sbx.sandbox_id) in ops
+    # the expire entry is written once the box's kill has finished, which can trail its disappearance
+    eventually(
+        lambda: ("expire", sbx.sandbox_id) in [(e["op"], e["sandbox_id"]) for e in emu.ledger(since=mark)],
+        what="an expire entry in the ledger",
+    )
 
 
 def test_list_filters_by_metadata_and_state(opts: dict[str, str], run_id: str) -> None:
