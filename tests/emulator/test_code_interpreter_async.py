@@ -90,3 +90,23 @@ async def test_async_kill_mid_cell(aci: AsyncSandbox) -> None:
     await aci.kill()
     with pytest.raises(TimeoutException, match="sandbox was killed"):
         await cell
+
+
+async def test_async_restart_ends_a_running_cell(aci: AsyncSandbox) -> None:
+    """Restarting a context mid-cell ends the cell with UnexpectedEndOfExecution; the context stays usable."""
+    context = await aci.create_code_context()
+    started = asyncio.Event()
+    cell = asyncio.ensure_future(
+        aci.run_code(
+            "import time\nprint('go', flush=True)\ntime.sleep(60)",
+            context=context,
+            on_stdout=lambda _m: started.set(),
+            timeout=T,
+        )
+    )
+    await asyncio.wait_for(started.wait(), T)
+    await aci.restart_code_context(context)
+    execution = await cell
+    assert execution.error is not None
+    assert execution.error.name == "UnexpectedEndOfExecution"
+    assert (await aci.run_code("1 + 1", context=context, timeout=T)).text == "2"
