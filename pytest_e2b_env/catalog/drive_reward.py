@@ -197,7 +197,7 @@ class RewardDriver:
         task = asyncio.ensure_future(self._as_awaitable(fn, trl_kwargs(completions, tests, self.contract)))
         deadline = time.monotonic() + 60
         while not task.done() and time.monotonic() < deadline:
-            if any(e.get("op") == "run" for e in self.target.ledger(since=mark)):
+            if any(e.get("op") in ("run", "run_code") for e in self.target.ledger(since=mark)):
                 break
             await asyncio.sleep(0.02)
         task.cancel()

@@ -127,6 +127,15 @@ class Observation:
         """Ledger entries of one operation within the range."""
         return [e for e in self.entries(start, end) if e.get("op") == op]
 
+    def starts(self, start: int = 0, end: int | None = None) -> list[dict[str, Any]]:
+        """Ledger entries that ran code in a sandbox: a process start or a code-interpreter cell."""
+        return [
+            e
+            for e in self.entries(start, end)
+            if (e.get("op") == "run" and str(e.get("route", "")).endswith("/Start"))
+            or e.get("op") == "run_code"
+        ]
+
     def faults(self, start: int = 0, end: int | None = None) -> list[dict[str, Any]]:
         """Ledger entries a fault rule answered (including creates whose answer a fault ate)."""
         return [e for e in self.entries(start, end) if e.get("op") == "fault" or e.get("fault")]
@@ -153,7 +162,7 @@ class Observation:
             "kills": [
                 {"sandbox_id": e.get("sandbox_id"), "status": e.get("status")} for e in self.ops("kill")
             ],
-            "commands_run": len([e for e in self.ops("run") if e.get("route", "").endswith("/Start")]),
+            "commands_run": len(self.starts()),
             "tools": self.tools,
             "alive_after_first_call": self.alive_after_first_call,
             "alive_at_reward": {str(k): v for k, v in self.alive_at_reward.items()},

@@ -22,6 +22,7 @@ from pytest_e2b_env.catalog.model import Case
 from pytest_e2b_env.catalog.observe import Observation, exception_info, scrub
 from pytest_e2b_env.catalog.record import CaseRecord
 from pytest_e2b_env.catalog.verdict import judge
+from pytest_e2b_env.evidence.records import criterion
 from pytest_e2b_env.target import Target
 
 #: Families whose candidates or scripts attack the sandbox: below the namespaces isolation level
@@ -255,3 +256,38 @@ def _record(
     record.trajectory = json.loads(scrub(json.dumps(trajectory, default=str), secrets))
     record.cleanup = obs.cleanup
     return record
+
+
+def crashed(
+    case: Case, subject: Subject, target: Target, mark: int, reason: str, seconds: float
+) -> CaseRecord:
+    """The record of a case whose subject took its case process down; the harness cleans up after it.
+
+    Whatever the case created (the ledger since ``mark``) and left alive is killed here, faults it
+    armed are cleared, and the case fails on ``subject-process`` with the reason.
+    """
+    started = time.perf_counter() - seconds
+    target.faults.clear()
+    obs = Observation(subject=case.subject)
+    obs.ledger = target.ledger(since=mark)
+    _create_info(target, obs)
+    _cleanup(target, obs)
+    criteria = [
+        criterion(
+            "subject-process",
+            "the subject's code ran to the end of the case without ending its process",
+            False,
+            "the case process survives the subject",
+            reason,
+        )
+    ]
+    return _record(
+        case,
+        subject,
+        "failed",
+        f"failed criteria: subject-process ({reason})",
+        criteria,
+        obs,
+        started,
+        [target.api_key],
+    )

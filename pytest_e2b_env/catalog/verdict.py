@@ -196,7 +196,7 @@ def _no_sandbox(expected: Any, obs: Observation) -> tuple[bool, Any]:
 
 
 def _starts(obs: Observation, start: int = 0, end: int | None = None) -> list[dict[str, Any]]:
-    return [e for e in obs.ops("run", start, end) if str(e.get("route", "")).endswith("/Start")]
+    return obs.starts(start, end)
 
 
 def _no_run(expected: Any, obs: Observation) -> tuple[bool, Any]:

@@ -1,0 +1,233 @@
+"""Run subject code where a crash cannot take the controller down: a case host process.
+
+The subject is somebody else's code. A segfault, ``os._exit`` or a runaway allocation inside it
+would otherwise end the pytest process that holds the evidence bundle. A :class:`CaseHost` is a
+child interpreter (``python -m pytest_e2b_env.catalog.host``) that imports the subject once and
+runs case after case against the same target, reached over the emulator's control API. Requests
+and records travel as JSON lines over a private pipe pair (the subject may print anything on
+stdout). When the child dies mid-case, the case is recorded as failed with the reason, the
+harness removes what the ledger shows the case created, and the next case gets a fresh host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from pytest_e2b_env.catalog.model import Case
+from pytest_e2b_env.catalog.record import CaseRecord
+
+#: A case (including every retry and deadline inside it) that takes longer than this is stopped.
+CASE_TIMEOUT = 900.0
+#: The largest record a host may send back (records are bounded well below this).
+MAX_REPLY = 64 * 1024 * 1024
+
+
+class HostDied(Exception):
+    """The case host ended (or stopped answering) in the middle of a case."""
+
+
+def _describe(returncode: int | None) -> str:
+    if returncode is None:
+        return "did not answer in time and was killed"
+    if returncode < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by signal {signal.Signals(-returncode).name} (exit {returncode})"
+    return f"exited with status {returncode}"
+
+
+class CaseHost:
+    """One child process that runs cases for one subject against one emulator."""
+
+    def __init__(self, target_info: dict[str, Any], subject: dict[str, Any]) -> None:
+        self.target_info = target_info
+        self.subject = subject
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._to_child = -1
+        self._from_child = -1
+        self._buffer = b""
+        self._pending = 0  # replies still owed for requests sent without waiting
+
+    # ------------------------------------------------------------------ lifecycle
+    def _start(self) -> None:
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        env = dict(os.environ)
+        # The subject must import exactly as it does here (rootdir, ini pythonpath).
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "pytest_e2b_env.catalog.host", str(req_r), str(rep_w)],
+            pass_fds=(req_r, rep_w),
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
+        os.close(req_r)
+        os.close(rep_w)
+        self._to_child, self._from_child, self._buffer = req_w, rep_r, b""
+        self._send({"op": "hello", "target": self.target_info, "subject": self.subject})
+        self._pending = 1
+
+    def start(self, warm_up: bool = False) -> None:
+        """Start the host (and its subject's warm-up) without waiting: it imports while cases run."""
+        if self._proc is None or self._proc.poll() is not None:
+            self.close()
+            self._start()
+        if warm_up:
+            self._send({"op": "warm_up"})
+            self._pending += 1
+
+    def close(self) -> None:
+        """Ask the host to release what it holds (servers), then make sure it is gone."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(Exception):
+            self._send({"op": "stop"})
+            for _ in range(self._pending + 1):
+                self._receive(timeout=60)
+        self._pending = 0
+        with contextlib.suppress(Exception):
+            proc.wait(timeout=30)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        for fd in (self._to_child, self._from_child):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    # ------------------------------------------------------------------ wire
+    def _send(self, message: dict[str, Any]) -> None:
+        data = (json.dumps(message, default=str) + "\n").encode()
+        view = memoryview(data)
+        while view:
+            try:
+                written = os.write(self._to_child, view)
+            except BrokenPipeError:
+                raise HostDied("the case host is gone") from None
+            view = view[written:]
+
+    def _receive(self, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise HostDied("timeout")
+            # poll, not select: a pytest process may hold descriptors past 1024
+            poller = select.poll()
+            poller.register(self._from_child, select.POLLIN | select.POLLHUP)
+            if not poller.poll(min(left, 1.0) * 1000):
+                continue
+            chunk = os.read(self._from_child, 1 << 20)
+            if not chunk:
+                raise HostDied("the case host closed its pipe")
+            self._buffer += chunk
+            if len(self._buffer) > MAX_REPLY:
+                raise HostDied("the case host sent an oversized reply")
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        reply: dict[str, Any] = json.loads(line)
+        if reply.get("error"):
+            raise HostDied(str(reply["error"]))
+        return reply
+
+    # ------------------------------------------------------------------ cases
+    def call(self, op: str, timeout: float = CASE_TIMEOUT, **fields: Any) -> dict[str, Any]:
+        """One request; a dead host is restarted first, one that dies now raises :class:`HostDied`."""
+        self.start()
+        try:
+            while self._pending:  # the answers to hello / warm_up come first
+                self._receive(timeout=300)
+                self._pending -= 1
+            self._send({"op": op, **fields})
+            return self._receive(timeout)
+        except HostDied as exc:
+            proc = self._proc
+            if proc is not None and proc.poll() is None and "timeout" in str(exc):
+                proc.kill()
+                proc.wait(timeout=30)
+            code = proc.poll() if proc is not None else None
+            self.close()
+            raise HostDied(f"the case process {_describe(code)}") from None
+
+    def run(self, case: Case, extra_tools: list[str], relax: frozenset[str]) -> CaseRecord:
+        """Run one case in the host; its record (the host's own view) comes back."""
+        reply = self.call(
+            "run",
+            case=case.model_dump(mode="json"),
+            extra_tools=extra_tools,
+            relax=sorted(relax),
+        )
+        data = reply["record"]
+        record = CaseRecord(
+            **{k: v for k, v in data["record"].items() if k in CaseRecord.__dataclass_fields__}
+        )
+        record.trajectory = data.get("trajectory", [])
+        record.cleanup = data.get("cleanup", [])
+        return record
+
+
+# ---------------------------------------------------------------------- the child side
+def _child(req_fd: int, rep_fd: int) -> int:
+    """Serve requests until ``stop`` or end of input (runs in the host process)."""
+    from pytest_e2b_env.catalog.contract import load_subject
+    from pytest_e2b_env.catalog.runner import run_case
+    from pytest_e2b_env.emulator import Emulator
+    from pytest_e2b_env.target import Target
+
+    reader = os.fdopen(req_fd, "rb")
+    writer = os.fdopen(rep_fd, "wb")
+
+    def reply(message: dict[str, Any]) -> None:
+        writer.write((json.dumps(message, default=str) + "\n").encode())
+        writer.flush()
+
+    target: Any = None
+    subject: Any = None
+    for raw in reader:
+        request = json.loads(raw)
+        op = request.get("op")
+        try:
+            if op == "hello":
+                info = request["target"]
+                backend = Emulator.connect(info["url"], info["api_key"])
+                target = Target(backend, info["mode"], info["run_id"])
+                spec = request["subject"]
+                subject = load_subject(spec["spec"], spec["kind"], spec.get("contract"))
+                reply({"ok": True})
+            elif op == "warm_up":
+                if subject.contract.warm_up is not None:
+                    with target.scoped_env(), contextlib.suppress(Exception):
+                        subject.contract.warm_up()
+                reply({"ok": True})
+            elif op == "run":
+                case = Case.model_validate(request["case"])
+                record = run_case(
+                    case,
+                    subject,
+                    target,
+                    extra_tools=list(request.get("extra_tools") or []),
+                    relax=frozenset(request.get("relax") or ()),
+                )
+                reply({"ok": True, "record": json.loads(record.to_json())})
+            elif op == "stop":
+                server = sys.modules.get("pytest_e2b_env.episode.server")
+                if server is not None:  # kept sessions release their sandboxes while the target answers
+                    with contextlib.suppress(Exception):
+                        server.close_shared_servers()
+                reply({"ok": True})
+                return 0
+            else:
+                reply({"error": f"unknown request {op!r}"})
+        except Exception as exc:  # the request failed in the host, not the subject: say so
+            reply({"error": f"case host: {type(exc).__name__}: {exc}"})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child(int(sys.argv[1]), int(sys.argv[2])))
