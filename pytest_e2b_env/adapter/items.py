@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -20,6 +21,9 @@ from pytest_e2b_env.catalog.model import Case
 from pytest_e2b_env.catalog.record import CaseRecord
 from pytest_e2b_env.errors import ConfigError, InfrastructureError
 from pytest_e2b_env.target import Target, open_target
+
+if TYPE_CHECKING:
+    from pytest_e2b_env.catalog.host import CaseHost
 
 COLLECTOR_NAME = "e2b-catalog"
 settings_key = pytest.StashKey[Settings]()
@@ -45,7 +49,34 @@ class Runtime:
         self._subjects: dict[str, Subject] = {}
         #: What made the run's evidence incomplete (target start, final sweep); the reporter reads it.
         self.problems: list[str] = []
+        self._hosts: dict[str, CaseHost] = {}
         self.stale_runs: list[str] = []  # live only: earlier runs with sandboxes still alive
+
+    def host(self, kind: str) -> CaseHost | None:
+        """The process that runs this kind's subject code offline (None live: see docs/plugin.md).
+
+        Live, the fault proxy and its ledger live in this process, so cases run here; offline the
+        emulator's control API serves a case host as well as it serves us.
+        """
+        if self.settings.live:
+            return None
+        subject = self.subject(kind)
+        if subject is None:
+            return None
+        if kind not in self._hosts:
+            from pytest_e2b_env.catalog.host import CaseHost
+
+            target = self.target()
+            self._hosts[kind] = CaseHost(
+                {
+                    "url": target.endpoint,
+                    "api_key": target.api_key,
+                    "mode": target.mode,
+                    "run_id": target.run_id,
+                },
+                {"spec": subject.spec, "kind": kind, "contract": self.settings.contract_for(kind)},
+            )
+        return self._hosts[kind]
 
     def subject(self, kind: str) -> Subject | None:
         """The configured subject of a kind, imported once; an import failure is one UsageError."""
@@ -122,12 +153,21 @@ class Runtime:
         kinds = {item.case.subject for item in items if isinstance(item, CaseItem)}
         for kind in sorted(kinds):
             subject = self._subjects.get(kind)
-            if subject is not None and subject.contract.warm_up is not None:
+            if subject is None:
+                continue
+            host = self.host(kind)
+            if host is not None:  # the host imports the subject and warms it up while cases run
+                with contextlib.suppress(Exception):
+                    host.start(warm_up=subject.contract.warm_up is not None)
+            elif subject.contract.warm_up is not None:
                 with target.scoped_env(), contextlib.suppress(Exception):
                     subject.contract.warm_up()
 
     def close(self) -> None:
         """Stop the reference OpenEnv server, sweep the run's sandboxes and stop the target."""
+        hosts, self._hosts = list(self._hosts.values()), {}
+        for host in hosts:  # first, while the target still answers: hosts release what they hold
+            host.close()
         if self._target is not None:
             target, self._target = self._target, None
             server = sys.modules.get("pytest_e2b_env.episode.server")
@@ -178,13 +218,23 @@ class CaseItem(pytest.Item):
             self.e2b_result = CaseRecord.for_case(self.case, self.subject.spec, "error", str(exc))
             self.session.shouldstop = "the e2b target is unavailable"
             raise
-        result = run_case(
-            self.case,
-            self.subject,
-            target,
-            extra_tools=settings.episode_tools,
-            relax=settings.relax,
-        )
+        host = runtime.host(self.case.subject)
+        if host is None:
+            result = run_case(
+                self.case, self.subject, target, extra_tools=settings.episode_tools, relax=settings.relax
+            )
+        else:
+            from pytest_e2b_env.catalog.host import HostDied
+            from pytest_e2b_env.catalog.runner import crashed
+
+            mark, started = target.ledger_mark(), time.perf_counter()
+            try:
+                result = host.run(self.case, settings.episode_tools, settings.relax)
+            except HostDied as exc:
+                # The subject took its process down: the case fails with why, the run goes on.
+                result = crashed(
+                    self.case, self.subject, target, mark, str(exc), time.perf_counter() - started
+                )
         self.e2b_result = result
         if result.status == "skipped":
             pytest.skip(result.reason or "skipped")

@@ -148,10 +148,15 @@ class CaseHost:
             return self._receive(timeout)
         except HostDied as exc:
             proc = self._proc
-            if proc is not None and proc.poll() is None and "timeout" in str(exc):
-                proc.kill()
-                proc.wait(timeout=30)
-            code = proc.poll() if proc is not None else None
+            code = None
+            if proc is not None:
+                if "timeout" in str(exc):
+                    proc.kill()
+                    proc.wait(timeout=30)
+                else:  # its pipe closed as it died: let it be reaped to learn how it ended
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(timeout=10)
+                code = None if "timeout" in str(exc) else proc.poll()
             self.close()
             raise HostDied(f"the case process {_describe(code)}") from None
 
