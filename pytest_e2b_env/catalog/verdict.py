@@ -200,7 +200,11 @@ def _starts(obs: Observation, start: int = 0, end: int | None = None) -> list[di
 
 
 def _no_run(expected: Any, obs: Observation) -> tuple[bool, Any]:
-    return (not _starts(obs)) == bool(expected), len(_starts(obs))
+    started = _starts(obs)
+    return (not started) == bool(expected), {
+        "commands_run": len(started),
+        "routes": sorted({str(e.get("route")) for e in started}),
+    }
 
 
 def _replacement(expected: Any, obs: Observation) -> tuple[bool, Any]:
