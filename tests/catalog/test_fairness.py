@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,7 +12,7 @@ from pytest_e2b_env.catalog.observe import Call, Observation
 from pytest_e2b_env.catalog.runner import run_case
 from pytest_e2b_env.catalog.verdict import _failed_kills, judge
 from pytest_e2b_env.errors import ConfigError
-from pytest_e2b_env.target import Target, new_run_id, open_target
+from pytest_e2b_env.target import Target
 
 TESTS = [{"input": "1", "output": "1"}]
 TASK = {
@@ -27,16 +26,6 @@ TASK = {
 }
 
 
-@pytest.fixture(scope="module")
-def target() -> Iterator[Target]:
-    """One emulator for the module."""
-    opened = open_target(False, new_run_id())
-    try:
-        yield opened
-    finally:
-        opened.close()
-
-
 def _case(raw: dict[str, Any]) -> Any:
     base = {"id": "reward-t", "subject": "reward", "family": "good", "description": "A fairness test case."}
     return parse_cases_from_dicts([{**base, **raw}], __file__)[0]
@@ -46,7 +35,7 @@ def _reward(expect: dict[str, Any], **extra: Any) -> Any:
     return _case({"reward": {"test_cases": TESTS, "completions": [{"text": "x"}]}, "expect": expect, **extra})
 
 
-def test_untagged_subject_passes_kill_failure_and_the_harness_sweeps() -> None:
+def test_untagged_subject_passes_kill_failure_and_the_harness_sweeps(target: Target) -> None:
     """No tag of ours is needed: the harness kills what the ledger says the case created."""
     case = _reward(
         {
@@ -58,35 +47,15 @@ def test_untagged_subject_passes_kill_failure_and_the_harness_sweeps() -> None:
         faults=[{"route": "DELETE /sandboxes/*", "answer": {"kill_fails": True}, "times": 1000}],
         policy={"raises_names_ids": "cleanup-names-ids"},
     )
-    with _target() as t:
-        result = run_case(case, load_subject("catalog_subjects:untagged_kill_checked", "reward"), t)
-        strict = result.status
-        relaxed = run_case(
-            case,
-            load_subject("catalog_subjects:untagged_kill_checked", "reward"),
-            t,
-            relax=frozenset({"cleanup-names-ids"}),
-        )
-        assert t.alive_ids() == set()
+    subject = load_subject("catalog_subjects:untagged_kill_checked", "reward")
+    result = run_case(case, subject, target)
+    strict = result.status
+    relaxed = run_case(case, subject, target, relax=frozenset({"cleanup-names-ids"}))
+    assert target.alive_ids() == set()
     assert strict == "failed"
     assert [c["id"] for c in result.criteria if not c["passed"]] == ["raises_names_ids"]
     assert relaxed.status == "relaxed", relaxed.failure_message()
     assert relaxed.observed["leaked_after_sweep"] == []
-
-
-def _target() -> Any:
-    """A fresh emulator as a context manager."""
-    import contextlib
-
-    @contextlib.contextmanager
-    def opened() -> Iterator[Target]:
-        t = open_target(False, new_run_id())
-        try:
-            yield t
-        finally:
-            t.close()
-
-    return opened()
 
 
 def test_gone_means_gone() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -10,7 +9,7 @@ import pytest
 from pytest_e2b_env.catalog.contract import Subject, load_subject
 from pytest_e2b_env.catalog.loader import parse_cases_from_dicts
 from pytest_e2b_env.catalog.runner import run_case
-from pytest_e2b_env.target import Target, new_run_id, open_target
+from pytest_e2b_env.target import Target
 
 TASK = {
     "id": "tiny",
@@ -20,16 +19,6 @@ TASK = {
     "command": "python3 -B report.py",
     "verification": {"files": {"in.txt": "x"}, "expected": {"a": 1}},
 }
-
-
-@pytest.fixture(scope="module")
-def target() -> Iterator[Target]:
-    """One emulator for the module."""
-    opened = open_target(False, new_run_id())
-    try:
-        yield opened
-    finally:
-        opened.close()
 
 
 def _subject(spec: str) -> Subject:

@@ -1,0 +1,19 @@
+"""Shared fixtures of the catalog tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from pytest_e2b_env.target import Target, new_run_id, open_target
+
+
+@pytest.fixture(scope="module")
+def target() -> Iterator[Target]:
+    """One emulator for the module."""
+    opened = open_target(False, new_run_id())
+    try:
+        yield opened
+    finally:
+        opened.close()
