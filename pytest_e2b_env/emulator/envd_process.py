@@ -10,11 +10,12 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import errno
 import os
 import shlex
 import weakref
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
@@ -145,11 +146,16 @@ class ProcessService(process_connect.Process):
             raise ConnectError(Code.PERMISSION_DENIED, f"cannot start the process in '{cwd}'") from exc
         except ValueError as exc:
             raise ConnectError(Code.INVALID_ARGUMENT, str(exc)) from exc
-        except (ProcessLookupError, InfrastructureError, OSError) as exc:
-            if not sbx.box.alive():  # the sandbox died under us: it is gone, as on E2B
-                await self.registry.kill(sbx.sandbox_id, op="kill", detail="sandbox died")
-                raise ConnectError(Code.UNAVAILABLE, "The sandbox was not found") from exc
-            raise ConnectError(Code.INTERNAL, f"cannot start the process: {type(exc).__name__}") from exc
+        except (ProcessLookupError, InfrastructureError) as exc:
+            await self._start_failed(sbx, exc)
+        except OSError as exc:
+            if exc.errno == errno.ENAMETOOLONG:
+                message = f"cwd of {len(cwd)} characters is too long"
+                raise ConnectError(Code.INVALID_ARGUMENT, message) from exc
+            if exc.errno == errno.E2BIG:
+                message = "the command and its envs are too large for one process"
+                raise ConnectError(Code.INVALID_ARGUMENT, message) from exc
+            await self._start_failed(sbx, exc)
         tag = request.tag if request.has_field("tag") else None
 
         def forget(p: Proc) -> None:
@@ -170,6 +176,12 @@ class ProcessService(process_connect.Process):
             proc.set_deadline(deadline, lambda p: self._kill_leader(sbx, p))
         async for event in proc.follow(deadline, is_start=True, keepalive_s=_keepalive_s(ctx)):
             yield P.StartResponse(event=event)
+
+    async def _start_failed(self, sbx: Sandbox, exc: BaseException) -> NoReturn:
+        if not sbx.box.alive():  # the sandbox died under us: it is gone, as on E2B
+            await self.registry.kill(sbx.sandbox_id, op="kill", detail="sandbox died")
+            raise ConnectError(Code.UNAVAILABLE, "The sandbox was not found") from exc
+        raise ConnectError(Code.INTERNAL, f"cannot start the process: {type(exc).__name__}") from exc
 
     @staticmethod
     def _kill_leader(sbx: Sandbox, proc: Proc) -> None:

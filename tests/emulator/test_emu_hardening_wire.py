@@ -132,7 +132,7 @@ def test_malformed_basic_auth_on_files_is_401(small_emu: Emulator, small_sbx: An
 
 
 def test_overlong_path_is_400(small_emu: Emulator, small_sbx: Any) -> None:
-    """A 5,000-character path answers 400 naming its length over HTTP, INVALID_ARGUMENT over RPC."""
+    """A 5,000-character path or cwd answers 400 naming its length over HTTP, INVALID_ARGUMENT over RPC."""
     from e2b import InvalidArgumentException
 
     path = "/home/user/" + "a" * 5000
@@ -143,6 +143,8 @@ def test_overlong_path_is_400(small_emu: Emulator, small_sbx: Any) -> None:
         small_sbx.files.get_info(path)
     with pytest.raises(InvalidArgumentException, match="too long"):
         small_sbx.files.write(path, "x")
+    with pytest.raises(InvalidArgumentException, match="cwd of 5011 characters is too long"):
+        small_sbx.commands.run("true", cwd=path)
 
 
 def test_gzip_bomb_upload_is_413(small_emu: Emulator, small_sbx: Any) -> None:
