@@ -420,7 +420,8 @@ class RootedFS:
             raise ValueError(f"depth={depth} must be >= 1")
         if depth > max_depth:
             raise ValueError(
-                f"depth={depth} is above the emulator's limit of {max_depth} levels; pass a smaller depth"
+                f"listing '{path}': depth={depth} is above the emulator's limit of {max_depth} levels; "
+                "pass a smaller depth"
             )
         out: list[dict[str, Any]] = []
         pending = [0]  # names read but not yet listed, across every open level
