@@ -262,6 +262,8 @@ class EmulatorApp:
                 return
             query = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
             reply = await files_api(sbx, scope["method"], query, headers, payload, self.limits)
+            if reply[0] == 502 and not sbx.box.alive():  # its init died: the sandbox is gone, as on E2B
+                await self.registry.kill(sandbox_id, op="kill", detail="sandbox died")
             await send_answer(send, reply)
         else:
             await drain(receive, unwanted)

@@ -100,22 +100,25 @@ class FilesystemService(filesystem_connect.Filesystem):
             raise ConnectError(Code.UNAVAILABLE, "The sandbox was not found")
         return sbx, check_user(user_of(ctx.request_headers))
 
-    async def _call(self, fn: Callable[[], T], path: str) -> T:
+    async def _call(self, sbx: Sandbox, fn: Callable[[], T], path: str) -> T:
         try:
             return await asyncio.to_thread(fn)
-        except ProcessLookupError as exc:
-            raise ConnectError(Code.UNAVAILABLE, "The sandbox was not found") from exc
+        except (ProcessLookupError, InfrastructureError) as exc:
+            if not sbx.box.alive():  # its init died or was torn down: the sandbox is gone, as on E2B
+                await self.registry.kill(sbx.sandbox_id, op="kill", detail="sandbox died")
+                raise ConnectError(Code.UNAVAILABLE, "The sandbox was not found") from exc
+            if isinstance(exc, ProcessLookupError):
+                raise ConnectError(Code.UNAVAILABLE, "The sandbox was not found") from exc
+            raise ConnectError(Code.UNAVAILABLE, f"the sandbox failed: {type(exc).__name__}") from exc
         except OSError as exc:
             raise _rpc_error(exc, path) from exc
         except ValueError as exc:
             raise ConnectError(Code.INVALID_ARGUMENT, _value_message(exc, path)) from exc
-        except InfrastructureError as exc:
-            raise ConnectError(Code.UNAVAILABLE, f"the sandbox failed: {type(exc).__name__}") from exc
 
     async def stat(self, request: F.StatRequest, ctx: Any) -> F.StatResponse:
         sbx, user = self._target(ctx)
         path = sandbox_path(request.path, user)
-        info = await self._call(lambda: sbx.box.fs.stat(path, user), path)
+        info = await self._call(sbx, lambda: sbx.box.fs.stat(path, user), path)
         if info is None:
             raise ConnectError(Code.NOT_FOUND, f"no such file or directory: {path}")
         return F.StatResponse(entry=entry_info(info))
@@ -124,32 +127,30 @@ class FilesystemService(filesystem_connect.Filesystem):
         sbx, user = self._target(ctx)
         path = sandbox_path(request.path, user)
         depth = request.depth or 1
-        entries_max, depth_max = self.limits.list_entries, self.limits.list_depth
-        entries = await self._call(
-            lambda: sbx.box.fs.listdir(path, depth, user, max_entries=entries_max, max_depth=depth_max), path
-        )
+        caps = {"max_entries": self.limits.list_entries, "max_depth": self.limits.list_depth}
+        entries = await self._call(sbx, lambda: sbx.box.fs.listdir(path, depth, user, **caps), path)
         return F.ListDirResponse(entries=[entry_info(e) for e in entries])
 
     async def make_dir(self, request: F.MakeDirRequest, ctx: Any) -> F.MakeDirResponse:
         sbx, user = self._target(ctx)
         path = sandbox_path(request.path, user)
-        made = await self._call(lambda: sbx.box.fs.mkdir(path, user), path)
+        made = await self._call(sbx, lambda: sbx.box.fs.mkdir(path, user), path)
         if not made:
             raise ConnectError(Code.ALREADY_EXISTS, f"directory {path} already exists")
-        info = await self._call(lambda: sbx.box.fs.stat(path, user), path)
+        info = await self._call(sbx, lambda: sbx.box.fs.stat(path, user), path)
         return F.MakeDirResponse(entry=entry_info(info or {"name": posixpath.basename(path), "path": path}))
 
     async def move(self, request: F.MoveRequest, ctx: Any) -> F.MoveResponse:
         sbx, user = self._target(ctx)
         src, dst = sandbox_path(request.source, user), sandbox_path(request.destination, user)
-        await self._call(lambda: sbx.box.fs.move(src, dst, user), src)
-        info = await self._call(lambda: sbx.box.fs.stat(dst, user), dst)
+        await self._call(sbx, lambda: sbx.box.fs.move(src, dst, user), src)
+        info = await self._call(sbx, lambda: sbx.box.fs.stat(dst, user), dst)
         return F.MoveResponse(entry=entry_info(info or {"name": posixpath.basename(dst), "path": dst}))
 
     async def remove(self, request: F.RemoveRequest, ctx: Any) -> F.RemoveResponse:
         sbx, user = self._target(ctx)
         path = sandbox_path(request.path, user)
-        await self._call(lambda: sbx.box.fs.remove(path, user), path)
+        await self._call(sbx, lambda: sbx.box.fs.remove(path, user), path)
         return F.RemoveResponse()
 
 

@@ -149,3 +149,35 @@ def test_stale_sweep_removes_trees_deeper_than_the_recursion_limit(tmp_path: Pat
         assert Path("/etc").is_dir()
     finally:  # never leave a tree pytest's own (recursive) tmp cleanup cannot remove
         remove_tree_quietly(stale)
+
+
+def _init_of(command_pid: int) -> int:
+    """Host pid of the init (pid 1) of the pid namespace a command runs in."""
+    ns = os.readlink(f"/proc/{command_pid}/ns/pid")
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{name}/ns/pid") != ns:
+                continue
+            status = Path(f"/proc/{name}/status").read_text()
+        except OSError:
+            continue
+        nspid = next(line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:"))
+        if nspid[-1] == "1":
+            return int(name)
+    raise AssertionError(f"no init found for pid {command_pid}")
+
+
+@pytest.mark.namespaces
+def test_a_sandbox_whose_init_died_is_gone_for_the_files_api(small_emu: Emulator, small_sbx: Any) -> None:
+    """When a sandbox's init dies, files calls raise SandboxNotRunningException and it leaves the list."""
+    from e2b import SandboxNotRunningException
+
+    if small_emu.isolation != "namespaces":
+        pytest.skip(f"emulator isolation is {small_emu.isolation!r}: {small_emu.isolation_reason}")
+    handle = small_sbx.commands.run("sleep 60", background=True)
+    os.kill(_init_of(handle.pid), 9)  # the init of a sandbox this test created
+    with pytest.raises(SandboxNotRunningException):
+        small_sbx.files.read("anything.txt", request_timeout=60)
+    assert small_sbx.sandbox_id not in [s["sandbox_id"] for s in small_emu.sandboxes()]
