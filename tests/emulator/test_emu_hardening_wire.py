@@ -5,6 +5,9 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -206,3 +209,19 @@ def test_limits_reject_unknown_or_bad_fields() -> None:
     with pytest.raises(EmulatorError, match="file_bytes=0 must be a positive number"):
         Emulator(limits={"file_bytes": 0})
     assert Limits.build({"file_bytes": 10}).upload_bytes == 10 + (1 << 20)
+
+
+def test_cli_rejects_bad_limits_in_one_line() -> None:
+    """A malformed PYTEST_E2B_ENV_EMULATOR_LIMITS makes the CLI exit 2 with one line naming the field."""
+    env = {**os.environ, "PYTEST_E2B_ENV_EMULATOR_LIMITS": '{"file_bytes": -1}'}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_e2b_env.emulator.cli", "--port", "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "pytest-e2b-env emulator: limits: file_bytes=-1 must be a positive number"
+    ]
