@@ -244,7 +244,8 @@ async def files_api(
     if method != "POST":
         return json_response(405, {"code": 405, "message": f"method {method} not allowed on /files"})
     try:
-        uploads = _uploads(query, headers, body, limits.file_bytes)
+        # multipart parsing and inflation of up to file_bytes take CPU time: off the event loop
+        uploads = await asyncio.to_thread(_uploads, query, headers, body, limits.file_bytes)
     except BodyTooLarge:
         message = f"upload inflates to more than {limits.file_bytes} bytes, the emulator's file limit"
         return json_response(413, {"code": 413, "message": message})
