@@ -7,9 +7,10 @@ control plane or, when it carries ``E2b-Sandbox-Id``, to that sandbox's envd.
 
 from __future__ import annotations
 
-import json
+import asyncio
 import logging
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
@@ -26,15 +27,19 @@ from pytest_e2b_env.emulator.envd_files import FilesystemService, files_api
 from pytest_e2b_env.emulator.envd_process import ProcessService
 from pytest_e2b_env.emulator.faults import (
     SCOPE_FAULT,
+    BodyTooLarge,
     FaultMiddleware,
     FaultPlan,
     Receive,
     Scope,
     Send,
+    drain,
     read_body,
 )
 from pytest_e2b_env.emulator.interpreter import JUPYTER_PORT, InterpreterService
+from pytest_e2b_env.emulator.jsonin import JSONTooDeep, loads_bounded
 from pytest_e2b_env.emulator.ledger import Ledger, op_for
+from pytest_e2b_env.emulator.limits import Limits
 from pytest_e2b_env.emulator.sandboxes import Registry
 
 if TYPE_CHECKING:
@@ -110,21 +115,24 @@ class _Target:
 class EmulatorApp:
     """The ASGI application of one emulator."""
 
-    def __init__(self, backend: Backend, api_key: str) -> None:
+    def __init__(self, backend: Backend, api_key: str, limits: Limits | None = None) -> None:
         self.api_key = api_key
         self.backend = backend
+        self.limits = limits if limits is not None else Limits.from_env()
         self.ledger = Ledger()
         self.registry = Registry(backend, self.ledger)
         self.faults = FaultPlan()
-        self.control_plane = ControlPlane(self.registry)
+        self.control_plane = ControlPlane(self.registry, self.limits)
         self.process_app = process_connect.ProcessASGIApplication(
-            ProcessService(self.registry), codecs=_CODECS
+            ProcessService(self.registry, self.limits), codecs=_CODECS
         )
         self.fs_app = filesystem_connect.FilesystemASGIApplication(
-            FilesystemService(self.registry), codecs=_CODECS
+            FilesystemService(self.registry, self.limits), codecs=_CODECS
+        )
+        self._faulted = FaultMiddleware(
+            self._core, self.faults, _Target(self.registry), body_limit=self.limits.upload_bytes
         )
         self.interpreter = InterpreterService()
-        self._faulted = FaultMiddleware(self._core, self.faults, _Target(self.registry))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -141,6 +149,11 @@ class EmulatorApp:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                # files requests and command starts wait for sandbox inits in worker threads; the
+                # default pool (cores + 4) would let a few slow sandboxes hold up every other one
+                asyncio.get_running_loop().set_default_executor(
+                    ThreadPoolExecutor(max_workers=64, thread_name_prefix="emulator-io")
+                )
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.registry.kill_all()
@@ -194,9 +207,15 @@ class EmulatorApp:
         if sandbox_id is not None:
             await self._envd(scope, receive, send, headers, sandbox_id)
             return
-        body = await read_body(receive)
+        # the key first: an unauthenticated body is never buffered
         if not api_key_ok(headers, self.api_key):
+            await drain(receive, self.limits.body_bytes)
             await send_answer(send, error(401, "Invalid API key"))
+            return
+        try:
+            body = await read_body(receive, self.limits.body_bytes)
+        except BodyTooLarge as exc:
+            await send_answer(send, error(413, str(exc)))
             return
         query = scope.get("query_string", b"").decode("latin-1")
         reply, concerned = await self.control_plane.handle(
@@ -214,8 +233,9 @@ class EmulatorApp:
     ) -> None:
         sbx = self.registry.get(sandbox_id)
         path = scope["path"]
+        unwanted = self.limits.body_bytes  # bodies of refused requests: dropped, never kept
         if sbx is None:  # what E2B's edge answers for a dead or unknown sandbox, on every envd path
-            await read_body(receive)
+            await drain(receive, unwanted)
             body = {"sandboxId": sandbox_id, "message": "The sandbox was not found", "code": 502}
             await send_answer(send, answer(502, body))
             return
@@ -224,13 +244,13 @@ class EmulatorApp:
             # the SDK sends the access token on run_code only; a wrong one is refused (E2B's server)
             token = headers.get("x-access-token")
             if token is not None and token != sbx.envd_access_token:
-                await read_body(receive)
+                await drain(receive, unwanted)
                 await send_answer(send, (401, [(b"content-type", b"text/plain")], b"Unauthorized"))
                 return
             await self.interpreter(scope, receive, send, sbx)
             return
         if port != ENVD_PORT:
-            await read_body(receive)
+            await drain(receive, unwanted)
             body = {
                 "sandboxId": sandbox_id,
                 "message": "The sandbox is running but port is not open",
@@ -239,7 +259,7 @@ class EmulatorApp:
             await send_answer(send, answer(502, {**body, "code": 502}))
             return
         if headers.get("x-access-token") != sbx.envd_access_token:
-            await read_body(receive)
+            await drain(receive, unwanted)
             await send_answer(send, error(401, "invalid or missing X-Access-Token for this sandbox"))
             return
         if path.startswith("/process.Process/"):
@@ -247,24 +267,36 @@ class EmulatorApp:
         elif path.startswith("/filesystem.Filesystem/"):
             await self.fs_app(scope, receive, send)
         elif path == "/health":
-            await read_body(receive)
+            await drain(receive, unwanted)
             await send_answer(send, answer(204))
         elif path == "/files":
-            payload = await read_body(receive)
+            try:
+                payload = await read_body(receive, self.limits.upload_bytes)
+            except BodyTooLarge as exc:
+                await send_answer(send, error(413, str(exc)))
+                return
             query = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
-            await send_answer(send, await files_api(sbx, scope["method"], query, headers, payload))
+            reply = await files_api(sbx, scope["method"], query, headers, payload, self.limits)
+            if reply[0] == 502 and not sbx.box.alive():  # its init died: the sandbox is gone, as on E2B
+                await self.registry.kill(sandbox_id, op="kill", detail="sandbox died")
+            await send_answer(send, reply)
         else:
-            await read_body(receive)
+            await drain(receive, unwanted)
             await send_answer(send, error(404, f"no such envd route: {scope['method']} {path}"))
 
     # ------------------------------------------------------------------ control endpoint
     async def _control(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body = await read_body(receive)
         headers = _headers(scope)
         if headers.get(CONTROL_HEADER) != self.api_key:
+            await drain(receive, self.limits.body_bytes)
             await send_answer(
                 send, error(401, f"the control endpoint needs the emulator's key in {CONTROL_HEADER}")
             )
+            return
+        try:
+            body = await read_body(receive, self.limits.body_bytes)
+        except BodyTooLarge as exc:
+            await send_answer(send, error(413, str(exc)))
             return
         method, path = scope["method"], scope["path"][len("/_emulator") :]
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
@@ -285,8 +317,12 @@ class EmulatorApp:
             return answer(200, self.faults.rules())
         if (method, path) == ("POST", "/faults"):
             try:
-                rule = json.loads(body or b"{}")
+                rule = loads_bounded(body or b"{}", self.limits.json_depth)
+                if not isinstance(rule, dict):
+                    return error(400, "bad fault rule: the body must be a JSON object")
                 return answer(201, {"id": self.faults.add(rule)})
+            except JSONTooDeep as exc:
+                return error(400, f"bad fault rule: {exc}")
             except ValidationError as exc:
                 reasons = "; ".join(
                     f"{'.'.join(map(str, e['loc'])) or 'rule'}: {e['msg'].removeprefix('Value error, ')}"

@@ -75,7 +75,14 @@ def main(argv: list[str]) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse already printed the one-line reason
         return int(exc.code or 0)
+    from pytest_e2b_env.emulator.limits import Limits
     from pytest_e2b_env.emulator.listen import bind, new_api_key
+
+    try:
+        Limits.from_env()  # a bad PYTEST_E2B_ENV_EMULATOR_LIMITS is misuse: one line, exit 2
+    except ValueError as exc:
+        print(f"pytest-e2b-env emulator: {exc}", file=sys.stderr)
+        return 2
 
     try:
         sock = bind(args.host, args.port)

@@ -12,8 +12,10 @@ import datetime as dt
 import json
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote_plus
 
+from pytest_e2b_env.emulator.jsonin import JSONTooDeep, loads_bounded
+from pytest_e2b_env.emulator.limits import Limits
 from pytest_e2b_env.emulator.sandboxes import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, Registry, Sandbox
 
 Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
@@ -37,14 +39,66 @@ def _not_found(sandbox_id: str) -> Answer:
     return error(404, f'sandbox "{sandbox_id}" not found')
 
 
-def _json_body(body: bytes) -> dict[str, Any] | None:
+def _json_body(body: bytes, max_depth: int) -> dict[str, Any] | str:
+    """The body as a JSON object, or the error message (bad JSON, too deep, not an object)."""
     if not body.strip():
         return {}
     try:
-        value = json.loads(body)
+        value = loads_bounded(body, max_depth)
+    except JSONTooDeep as exc:
+        return f"request body: {exc}"
     except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+        return "request body must be a JSON object"
+    return value if isinstance(value, dict) else "request body must be a JSON object"
+
+
+#: Types of the create fields this emulator reads or the SDK sends (others are ignored, as E2B does).
+_CREATE_TYPES: dict[str, tuple[type, ...]] = {
+    "autoPause": (bool,),
+    "autoPauseMemory": (bool,),
+    "autoResume": (dict,),
+    "secure": (bool,),
+    "allow_internet_access": (bool,),
+    "network": (dict,),
+    "mcp": (dict, type(None)),
+    "iam": (dict,),
+    "volumeMounts": (list,),
+}
+_NETWORK_LISTS = {"allowOut": str, "denyOut": str, "dnsServers": str, "httpsPorts": int}
+_TYPE_NAMES = {bool: "a boolean", dict: "an object", list: "an array", type(None): "null", str: "a string"}
+
+
+def _kind(value: Any) -> str:
+    return {
+        bool: "boolean",
+        int: "number",
+        float: "number",
+        str: "string",
+        list: "array",
+        dict: "object",
+    }.get(type(value), "null" if value is None else type(value).__name__)
+
+
+def _create_field_error(req: dict[str, Any]) -> str | None:
+    """The first create field whose JSON type is wrong, named with what it must be."""
+    for name, types in _CREATE_TYPES.items():
+        if name in req and not isinstance(req[name], types):
+            want = " or ".join(_TYPE_NAMES[t] for t in types)
+            return f"{name} must be {want}, got {_kind(req[name])} {json.dumps(req[name])[:80]}"
+    network = req.get("network") or {}
+    for name, item in _NETWORK_LISTS.items():
+        value = network.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, list) or not all(
+            isinstance(v, item) and not isinstance(v, bool) for v in value
+        ):
+            kind = "strings" if item is str else "integers"
+            return f"network.{name} must be an array of {kind}, got {json.dumps(value)[:80]}"
+    public = network.get("allowPublicTraffic")
+    if public is not None and not isinstance(public, bool):
+        return f"network.allowPublicTraffic must be a boolean, got {json.dumps(public)[:80]}"
+    return None
 
 
 def _timeout(value: Any, default: int) -> int | str:
@@ -69,8 +123,9 @@ def _str_map(value: Any, name: str) -> dict[str, str] | str:
 class ControlPlane:
     """The REST routes, over a :class:`Registry`."""
 
-    def __init__(self, registry: Registry) -> None:
+    def __init__(self, registry: Registry, limits: Limits | None = None) -> None:
         self.registry = registry
+        self.limits = limits or Limits()
         self._idempotent: dict[str, str] = {}  # Idempotency-Key -> the sandbox that key created
 
     async def handle(
@@ -115,22 +170,25 @@ class ControlPlane:
             earlier = self.registry.get(self._idempotent.get(idempotency_key))
             if earlier is not None:
                 return answer(201, earlier.created()), earlier.sandbox_id
-        req = _json_body(body)
-        if req is None:
-            return error(400, "request body must be a JSON object"), None
+        req = _json_body(body, self.limits.json_depth)
+        if isinstance(req, str):
+            return error(400, req), None
         template = req.get("templateID")
         if not isinstance(template, str) or not template:
             return error(400, "templateID is required, e.g. 'base'"), None
+        wrong = _create_field_error(req)
+        if wrong is not None:
+            return error(400, wrong), None
         timeout = _timeout(req.get("timeout"), DEFAULT_TIMEOUT_S)
         metadata = _str_map(req.get("metadata"), "metadata")
         envs = _str_map(req.get("envVars"), "envVars")
         for checked in (timeout, metadata, envs):
             if isinstance(checked, str):
                 return error(400, checked), None
-        internet = req.get("allow_internet_access")
+        # types were checked above: only a real false (or a deny-all rule) turns the network off
         network = req.get("network") or {}
-        deny = network.get("denyOut") or [] if isinstance(network, dict) else []
-        allow_internet = internet is not False and "0.0.0.0/0" not in deny
+        deny = network.get("denyOut") or []
+        allow_internet = req.get("allow_internet_access") is not False and "0.0.0.0/0" not in deny
         try:
             sbx = self.registry.create(template, int(timeout), metadata, envs, allow_internet)  # type: ignore[arg-type]
         except Exception as exc:  # the isolation layer failed: an E2B-style 500, never a traceback
@@ -142,8 +200,10 @@ class ControlPlane:
 
     def set_timeout(self, sbx: Sandbox, body: bytes) -> Answer:
         """``POST /sandboxes/{id}/timeout``: the sandbox now ends N seconds from now."""
-        req = _json_body(body)
-        timeout = _timeout((req or {}).get("timeout"), -1)
+        req = _json_body(body, self.limits.json_depth)
+        if isinstance(req, str):
+            return error(400, req)
+        timeout = _timeout(req.get("timeout"), -1)
         if isinstance(timeout, str) or timeout < 0:
             return error(400, timeout if isinstance(timeout, str) else "timeout is required")
         self.registry.set_timeout(sbx, timeout)
@@ -151,8 +211,10 @@ class ControlPlane:
 
     def connect(self, sbx: Sandbox, body: bytes) -> Answer:
         """``POST /v2/sandboxes/{id}/connect``: a running sandbox's lifetime is only extended."""
-        req = _json_body(body)
-        timeout = _timeout((req or {}).get("timeout"), DEFAULT_TIMEOUT_S)
+        req = _json_body(body, self.limits.json_depth)
+        if isinstance(req, str):
+            return error(400, req)
+        timeout = _timeout(req.get("timeout"), DEFAULT_TIMEOUT_S)
         if isinstance(timeout, str):
             return error(400, timeout)
         remaining = (sbx.end_at - dt.datetime.now(dt.UTC)).total_seconds()
@@ -163,7 +225,12 @@ class ControlPlane:
     def list(self, query: str) -> Answer:
         """``GET /v2/sandboxes``: metadata and state filters, ``limit``, ``nextToken`` / ``x-next-token``."""
         params = dict(parse_qsl(query, keep_blank_values=True))
-        wanted_meta = dict(parse_qsl(params.get("metadata", ""), keep_blank_values=True))
+        # The SDK quotes each key and value, then url-encodes the pairs (and the query encodes
+        # that string once more); E2B's API undoes the inner quoting with QueryUnescape.
+        wanted_meta = {
+            unquote_plus(k): unquote_plus(v)
+            for k, v in parse_qsl(params.get("metadata", ""), keep_blank_values=True)
+        }
         states = [s for s in params.get("state", "running,paused").split(",") if s]
         unknown = [s for s in states if s not in ("running", "paused")]
         if unknown:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import email.parser
 import email.policy
-import gzip
+import errno
 import json
 import posixpath
 import zlib
@@ -23,6 +23,8 @@ from e2b.envd.filesystem import filesystem_pb as F
 from protobuf.wkt import Timestamp
 
 from pytest_e2b_env.emulator.envd_process import check_user, home_of, user_of
+from pytest_e2b_env.emulator.faults import BodyTooLarge
+from pytest_e2b_env.emulator.limits import Limits
 from pytest_e2b_env.emulator.sandboxes import Registry, Sandbox
 from pytest_e2b_env.errors import InfrastructureError
 
@@ -56,7 +58,22 @@ def entry_info(info: Mapping[str, Any]) -> F.EntryInfo:
     )
 
 
+def _too_long(exc: OSError) -> bool:
+    return exc.errno == errno.ENAMETOOLONG
+
+
+def _long_path(path: str) -> str:
+    return f"path of {len(path)} characters is too long (a name is at most 255 bytes, a path 4095)"
+
+
+def _value_message(exc: ValueError, path: str) -> str:
+    text = str(exc)
+    return text if path in text else f"bad path '{path[:200]}': {text}"
+
+
 def _rpc_error(exc: OSError, path: str) -> ConnectError:
+    if _too_long(exc):
+        return ConnectError(Code.INVALID_ARGUMENT, _long_path(path))
     if isinstance(exc, FileNotFoundError):
         return ConnectError(Code.NOT_FOUND, f"no such file or directory: {path}")
     if isinstance(exc, FileExistsError):
@@ -73,8 +90,9 @@ def _rpc_error(exc: OSError, path: str) -> ConnectError:
 class FilesystemService(filesystem_connect.Filesystem):
     """Stat/ListDir/MakeDir/Move/Remove for the request's sandbox (watchers are not emulated)."""
 
-    def __init__(self, registry: Registry) -> None:
+    def __init__(self, registry: Registry, limits: Limits | None = None) -> None:
         self.registry = registry
+        self.limits = limits or Limits()
 
     def _target(self, ctx: Any) -> tuple[Sandbox, str]:
         sbx = self.registry.get(ctx.request_headers.get("e2b-sandbox-id"))
@@ -82,22 +100,25 @@ class FilesystemService(filesystem_connect.Filesystem):
             raise ConnectError(Code.UNAVAILABLE, "The sandbox was not found")
         return sbx, check_user(user_of(ctx.request_headers))
 
-    async def _call(self, fn: Callable[[], T], path: str) -> T:
+    async def _call(self, sbx: Sandbox, fn: Callable[[], T], path: str) -> T:
         try:
             return await asyncio.to_thread(fn)
-        except ProcessLookupError as exc:
-            raise ConnectError(Code.UNAVAILABLE, "The sandbox was not found") from exc
+        except (ProcessLookupError, InfrastructureError) as exc:
+            if not sbx.box.alive():  # its init died or was torn down: the sandbox is gone, as on E2B
+                await self.registry.kill(sbx.sandbox_id, op="kill", detail="sandbox died")
+                raise ConnectError(Code.UNAVAILABLE, "The sandbox was not found") from exc
+            if isinstance(exc, ProcessLookupError):
+                raise ConnectError(Code.UNAVAILABLE, "The sandbox was not found") from exc
+            raise ConnectError(Code.UNAVAILABLE, f"the sandbox failed: {type(exc).__name__}") from exc
         except OSError as exc:
             raise _rpc_error(exc, path) from exc
         except ValueError as exc:
-            raise ConnectError(Code.INVALID_ARGUMENT, f"{path}: {exc}") from exc
-        except InfrastructureError as exc:
-            raise ConnectError(Code.UNAVAILABLE, f"the sandbox failed: {type(exc).__name__}") from exc
+            raise ConnectError(Code.INVALID_ARGUMENT, _value_message(exc, path)) from exc
 
     async def stat(self, request: F.StatRequest, ctx: Any) -> F.StatResponse:
         sbx, user = self._target(ctx)
         path = sandbox_path(request.path, user)
-        info = await self._call(lambda: sbx.box.fs.stat(path, user), path)
+        info = await self._call(sbx, lambda: sbx.box.fs.stat(path, user), path)
         if info is None:
             raise ConnectError(Code.NOT_FOUND, f"no such file or directory: {path}")
         return F.StatResponse(entry=entry_info(info))
@@ -106,29 +127,30 @@ class FilesystemService(filesystem_connect.Filesystem):
         sbx, user = self._target(ctx)
         path = sandbox_path(request.path, user)
         depth = request.depth or 1
-        entries = await self._call(lambda: sbx.box.fs.listdir(path, depth, user), path)
+        caps = {"max_entries": self.limits.list_entries, "max_depth": self.limits.list_depth}
+        entries = await self._call(sbx, lambda: sbx.box.fs.listdir(path, depth, user, **caps), path)
         return F.ListDirResponse(entries=[entry_info(e) for e in entries])
 
     async def make_dir(self, request: F.MakeDirRequest, ctx: Any) -> F.MakeDirResponse:
         sbx, user = self._target(ctx)
         path = sandbox_path(request.path, user)
-        made = await self._call(lambda: sbx.box.fs.mkdir(path, user), path)
+        made = await self._call(sbx, lambda: sbx.box.fs.mkdir(path, user), path)
         if not made:
             raise ConnectError(Code.ALREADY_EXISTS, f"directory {path} already exists")
-        info = await self._call(lambda: sbx.box.fs.stat(path, user), path)
+        info = await self._call(sbx, lambda: sbx.box.fs.stat(path, user), path)
         return F.MakeDirResponse(entry=entry_info(info or {"name": posixpath.basename(path), "path": path}))
 
     async def move(self, request: F.MoveRequest, ctx: Any) -> F.MoveResponse:
         sbx, user = self._target(ctx)
         src, dst = sandbox_path(request.source, user), sandbox_path(request.destination, user)
-        await self._call(lambda: sbx.box.fs.move(src, dst, user), src)
-        info = await self._call(lambda: sbx.box.fs.stat(dst, user), dst)
+        await self._call(sbx, lambda: sbx.box.fs.move(src, dst, user), src)
+        info = await self._call(sbx, lambda: sbx.box.fs.stat(dst, user), dst)
         return F.MoveResponse(entry=entry_info(info or {"name": posixpath.basename(dst), "path": dst}))
 
     async def remove(self, request: F.RemoveRequest, ctx: Any) -> F.RemoveResponse:
         sbx, user = self._target(ctx)
         path = sandbox_path(request.path, user)
-        await self._call(lambda: sbx.box.fs.remove(path, user), path)
+        await self._call(sbx, lambda: sbx.box.fs.remove(path, user), path)
         return F.RemoveResponse()
 
 
@@ -142,7 +164,9 @@ def _http_error(exc: Exception, path: str) -> tuple[int, list[tuple[bytes, bytes
     if isinstance(exc, ProcessLookupError | InfrastructureError):
         return json_response(502, {"code": 502, "message": "The sandbox was not found"})
     if isinstance(exc, ValueError):
-        return json_response(400, {"code": 400, "message": f"bad path '{path}': {exc}"})
+        return json_response(400, {"code": 400, "message": _value_message(exc, path)})
+    if isinstance(exc, OSError) and _too_long(exc):
+        return json_response(400, {"code": 400, "message": _long_path(path)})
     if isinstance(exc, FileNotFoundError):
         return json_response(404, {"code": 404, "message": f"path '{path}' does not exist"})
     if isinstance(exc, IsADirectoryError):
@@ -154,8 +178,24 @@ def _http_error(exc: Exception, path: str) -> tuple[int, list[tuple[bytes, bytes
     return json_response(500, {"code": 500, "message": f"filesystem error on '{path}': {type(exc).__name__}"})
 
 
+def decompress_bounded(body: bytes, encoding: str, limit: int) -> bytes:
+    """A gzip or deflate body inflated to at most ``limit`` bytes (BodyTooLarge beyond, never more)."""
+    wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
+    out = bytearray()
+    rest = body
+    while rest:
+        inflater = zlib.decompressobj(wbits)
+        out += inflater.decompress(rest, limit + 1 - len(out))
+        if len(out) > limit or inflater.unconsumed_tail:
+            raise BodyTooLarge(limit)
+        if not inflater.eof:
+            raise ValueError("truncated compressed body")
+        rest = inflater.unused_data if encoding == "gzip" else b""  # gzip may hold several members
+    return bytes(out)
+
+
 def _uploads(
-    query: Mapping[str, list[str]], headers: Mapping[str, str], body: bytes
+    query: Mapping[str, list[str]], headers: Mapping[str, str], body: bytes, limit: int
 ) -> list[tuple[str, bytes]]:
     ctype = headers.get("content-type", "")
     if ctype.startswith("multipart/form-data"):
@@ -171,32 +211,44 @@ def _uploads(
             items.append((name or "", data if isinstance(data, bytes) else b""))
         return items
     encoding = headers.get("content-encoding", "")
-    if encoding == "gzip":
-        body = gzip.decompress(body)
-    elif encoding == "deflate":
-        body = zlib.decompress(body)
+    if encoding in ("gzip", "deflate"):
+        body = decompress_bounded(body, encoding, limit)
     return [(query.get("path", [""])[0], body)]
 
 
 async def files_api(
-    sbx: Sandbox, method: str, query: Mapping[str, list[str]], headers: Mapping[str, str], body: bytes
+    sbx: Sandbox,
+    method: str,
+    query: Mapping[str, list[str]],
+    headers: Mapping[str, str],
+    body: bytes,
+    limits: Limits | None = None,
 ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
     """Answer ``GET /files`` (download) or ``POST /files`` (upload) as envd does."""
-    raw_user = query.get("username", [""])[0] or user_of(headers)
+    limits = limits or Limits()
+    try:
+        raw_user = query.get("username", [""])[0] or user_of(headers)
+    except ConnectError:
+        message = "malformed Authorization header: expected 'Basic ' + base64('<user>:')"
+        return json_response(401, {"code": 401, "message": message})
     if raw_user not in ("user", "root"):
-        return json_response(400, {"code": 400, "message": f"invalid username: '{raw_user}'"})
+        return json_response(400, {"code": 400, "message": f"invalid username: '{raw_user[:100]}'"})
     user = raw_user
     if method == "GET":
         path = sandbox_path(query.get("path", [""])[0], user)
         try:
-            data = await asyncio.to_thread(sbx.box.fs.read, path, user)
+            data = await asyncio.to_thread(sbx.box.fs.read, path, user, limits.file_bytes)
         except (OSError, ValueError, InfrastructureError) as exc:
             return _http_error(exc, path)
         return 200, [(b"content-type", b"application/octet-stream")], data
     if method != "POST":
         return json_response(405, {"code": 405, "message": f"method {method} not allowed on /files"})
     try:
-        uploads = _uploads(query, headers, body)
+        # multipart parsing and inflation of up to file_bytes take CPU time: off the event loop
+        uploads = await asyncio.to_thread(_uploads, query, headers, body, limits.file_bytes)
+    except BodyTooLarge:
+        message = f"upload inflates to more than {limits.file_bytes} bytes, the emulator's file limit"
+        return json_response(413, {"code": 413, "message": message})
     except (ValueError, OSError, EOFError, zlib.error):
         return json_response(400, {"code": 400, "message": "malformed upload body"})
     written = []
@@ -205,7 +257,11 @@ async def files_api(
             return json_response(400, {"code": 400, "message": "upload without a path"})
         path = sandbox_path(raw_path, user)
         try:
-            await asyncio.to_thread(sbx.box.fs.write, path, data, user)
+            if len(data) > limits.file_bytes:
+                message = f"file '{path[:200]}' has {len(data)} bytes, above the emulator's limit of "
+                message += f"{limits.file_bytes}"
+                return json_response(413, {"code": 413, "message": message})
+            await asyncio.to_thread(sbx.box.fs.write, path, data, user, limits.file_bytes)
         except (OSError, ValueError, InfrastructureError) as exc:
             return _http_error(exc, path)
         written.append({"name": posixpath.basename(path), "type": "file", "path": path})

@@ -6,19 +6,23 @@ so the command text is handed over as is. Processes stay listed until their lead
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import contextlib
+import errno
 import os
 import shlex
+import weakref
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 from e2b.envd.process import process_connect
 from e2b.envd.process import process_pb as P
 
+from pytest_e2b_env.emulator.limits import Limits
 from pytest_e2b_env.emulator.processes import KEEPALIVE_S, Proc
 from pytest_e2b_env.emulator.sandboxes import Registry, Sandbox, kill_signal
 from pytest_e2b_env.errors import InfrastructureError
@@ -75,11 +79,31 @@ def _deadline_s(ctx: Any) -> float | None:
     return ms / 1000 if ms > 0 else None
 
 
+async def _writable(loop: asyncio.AbstractEventLoop, fd: int, tick: float) -> None:
+    """Until ``fd`` can take a write, or ``tick`` seconds."""
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_writer(fd, wake)
+    try:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(tick):
+                await ready
+    finally:
+        loop.remove_writer(fd)
+
+
 class ProcessService(process_connect.Process):
     """Start/Connect/List/SendInput/StreamInput/SendSignal/CloseStdin for the request's sandbox."""
 
-    def __init__(self, registry: Registry) -> None:
+    def __init__(self, registry: Registry, limits: Limits | None = None) -> None:
         self.registry = registry
+        self.limits = limits or Limits()
+        # one stdin writer at a time per command, so concurrent SendInput calls never interleave
+        self._stdin_locks: weakref.WeakKeyDictionary[Proc, asyncio.Lock] = weakref.WeakKeyDictionary()
 
     def _sandbox(self, ctx: Any) -> Sandbox:
         sbx = self.registry.get(ctx.request_headers.get("e2b-sandbox-id"))
@@ -113,24 +137,38 @@ class ProcessService(process_connect.Process):
         envs = {**sbx.envs, **dict(config.envs)}
         stdin = request.stdin if request.has_field("stdin") else True  # envd's backwards-compatible default
         try:
-            popen = sbx.box.spawn(shell_command(config), envs, cwd, user, stdin)
+            # in a worker thread: checking the cwd is a round trip with the sandbox's init, which
+            # may be busy with another request; the event loop never waits for it
+            popen = await asyncio.to_thread(sbx.box.spawn, shell_command(config), envs, cwd, user, stdin)
         except (FileNotFoundError, NotADirectoryError) as exc:
             raise ConnectError(Code.INVALID_ARGUMENT, f"cwd '{cwd}' does not exist") from exc
         except PermissionError as exc:
             raise ConnectError(Code.PERMISSION_DENIED, f"cannot start the process in '{cwd}'") from exc
         except ValueError as exc:
             raise ConnectError(Code.INVALID_ARGUMENT, str(exc)) from exc
-        except (ProcessLookupError, InfrastructureError, OSError) as exc:
-            if not sbx.box.alive():  # the sandbox died under us: it is gone, as on E2B
-                await self.registry.kill(sbx.sandbox_id, op="kill", detail="sandbox died")
-                raise ConnectError(Code.UNAVAILABLE, "The sandbox was not found") from exc
-            raise ConnectError(Code.INTERNAL, f"cannot start the process: {type(exc).__name__}") from exc
+        except (ProcessLookupError, InfrastructureError) as exc:
+            await self._start_failed(sbx, exc)
+        except OSError as exc:
+            if exc.errno == errno.ENAMETOOLONG:
+                message = f"cwd of {len(cwd)} characters is too long"
+                raise ConnectError(Code.INVALID_ARGUMENT, message) from exc
+            if exc.errno == errno.E2BIG:
+                message = "the command and its envs are too large for one process"
+                raise ConnectError(Code.INVALID_ARGUMENT, message) from exc
+            await self._start_failed(sbx, exc)
         tag = request.tag if request.has_field("tag") else None
 
         def forget(p: Proc) -> None:
             sbx.procs.pop(p.pid, None)
 
-        proc = Proc(popen, config, tag, is_alive=lambda: sbx.running, on_exit=forget)
+        proc = Proc(
+            popen,
+            config,
+            tag,
+            is_alive=lambda: sbx.running,
+            on_exit=forget,
+            output_limit=self.limits.output_bytes,
+        )
         if not proc.done:
             sbx.procs[proc.pid] = proc
         deadline = _deadline_s(ctx)
@@ -138,6 +176,12 @@ class ProcessService(process_connect.Process):
             proc.set_deadline(deadline, lambda p: self._kill_leader(sbx, p))
         async for event in proc.follow(deadline, is_start=True, keepalive_s=_keepalive_s(ctx)):
             yield P.StartResponse(event=event)
+
+    async def _start_failed(self, sbx: Sandbox, exc: BaseException) -> NoReturn:
+        if not sbx.box.alive():  # the sandbox died under us: it is gone, as on E2B
+            await self.registry.kill(sbx.sandbox_id, op="kill", detail="sandbox died")
+            raise ConnectError(Code.UNAVAILABLE, "The sandbox was not found") from exc
+        raise ConnectError(Code.INTERNAL, f"cannot start the process: {type(exc).__name__}") from exc
 
     @staticmethod
     def _kill_leader(sbx: Sandbox, proc: Proc) -> None:
@@ -165,23 +209,48 @@ class ProcessService(process_connect.Process):
             raise ConnectError(Code.NOT_FOUND, f"process with pid {proc.pid} not found") from exc
         return P.SendSignalResponse()
 
-    def _write_stdin(self, proc: Proc, data: bytes) -> None:
+    async def _write_stdin(self, proc: Proc, data: bytes) -> None:
+        """Write without ever blocking the event loop: wait (bounded) while the command's pipe is full.
+
+        envd's handler blocks until the command has taken the input; here the wait is an await,
+        capped at ``stdin_wait_s`` (then DEADLINE_EXCEEDED), so other sandboxes never stall.
+        """
         pipe = proc.popen.stdin
         if pipe is None or pipe.closed:
             raise ConnectError(Code.FAILED_PRECONDITION, f"stdin of process {proc.pid} is not open")
-        try:
-            fd = pipe.fileno()
+        loop = asyncio.get_running_loop()
+        lock = self._stdin_locks.setdefault(proc, asyncio.Lock())
+        wait_s = self.limits.stdin_wait_s
+        async with lock:
+            deadline = loop.time() + wait_s
             view = memoryview(data)
             while view:
-                written = os.write(fd, view)
-                view = view[written:]
-        except BrokenPipeError as exc:
-            raise ConnectError(Code.FAILED_PRECONDITION, f"process {proc.pid} closed its stdin") from exc
+                if pipe.closed or proc.done:
+                    raise ConnectError(Code.FAILED_PRECONDITION, f"process {proc.pid} closed its stdin")
+                fd = pipe.fileno()
+                try:
+                    os.set_blocking(fd, False)
+                    view = view[os.write(fd, view) :]
+                    continue
+                except BlockingIOError:
+                    pass
+                except (BrokenPipeError, ValueError) as exc:
+                    raise ConnectError(
+                        Code.FAILED_PRECONDITION, f"process {proc.pid} closed its stdin"
+                    ) from exc
+                left = deadline - loop.time()
+                if left <= 0:
+                    raise ConnectError(
+                        Code.DEADLINE_EXCEEDED,
+                        f"process {proc.pid} took only {len(data) - len(view)} of {len(data)} stdin bytes "
+                        f"within {wait_s:g}s",
+                    )
+                await _writable(loop, fd, min(left, 0.5))  # short ticks: also notice exit or close
 
     async def send_input(self, request: P.SendInputRequest, ctx: Any) -> P.SendInputResponse:
         proc = self._find(self._sandbox(ctx), request.process)
         data = request.input.input.value if request.input is not None and request.input.input else b""
-        self._write_stdin(proc, bytes(data))
+        await self._write_stdin(proc, bytes(data))
         return P.SendInputResponse()
 
     async def stream_input(
@@ -201,7 +270,7 @@ class ProcessService(process_connect.Process):
                 chunk = (
                     event.value.input.input.value if event.value.input and event.value.input.input else b""
                 )
-                self._write_stdin(proc, bytes(chunk))
+                await self._write_stdin(proc, bytes(chunk))
         return P.StreamInputResponse()
 
     async def close_stdin(self, request: P.CloseStdinRequest, ctx: Any) -> P.CloseStdinResponse:

@@ -198,17 +198,46 @@ def _body_text(body: bytes) -> str:
         return text
 
 
-async def read_body(receive: Receive) -> bytes:
-    """The whole request body (always drained: an unread chunked upload upsets the SDK's client)."""
+class BodyTooLarge(ValueError):
+    """A request body went past the size cap of its route (answered 413)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"request body is larger than {limit} bytes, the emulator's limit for this route")
+        self.limit = limit
+
+
+async def read_body(receive: Receive, limit: int | None = None) -> bytes:
+    """The whole request body, or :class:`BodyTooLarge` as soon as it passes ``limit`` bytes.
+
+    Bodies are always read to the end when they fit (an unread chunked upload upsets the SDK's
+    client); past the cap reading stops, and the server closes the connection after the answer.
+    """
     chunks = []
+    size = 0
     while True:
         message = await receive()
         if message["type"] != "http.request":
             break
-        chunks.append(message.get("body", b""))
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if limit is not None and size > limit:
+            raise BodyTooLarge(limit)
+        chunks.append(chunk)
         if not message.get("more_body"):
             break
     return b"".join(chunks)
+
+
+async def drain(receive: Receive, limit: int) -> None:
+    """Read and drop up to ``limit`` bytes of an unwanted body (memory stays one chunk)."""
+    size = 0
+    while size <= limit:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        size += len(message.get("body", b""))
+        if not message.get("more_body"):
+            return
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
@@ -246,10 +275,13 @@ async def send_json_error(
 class FaultMiddleware:
     """ASGI middleware applying a :class:`FaultPlan` to the requests of ``app``."""
 
-    def __init__(self, app: ASGIApp, plan: FaultPlan, target: FaultTarget) -> None:
+    def __init__(
+        self, app: ASGIApp, plan: FaultPlan, target: FaultTarget, body_limit: int | None = None
+    ) -> None:
         self.app = app
         self.plan = plan
         self.target = target
+        self.body_limit = body_limit  # largest body read to match ``contains`` (413 beyond)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not self.plan:  # fast path: no rules at all
@@ -261,7 +293,11 @@ class FaultMiddleware:
         request = f"{method} {path}"
         body_text: str | None = None
         if self.plan.needs_body(request, template, sandbox_id):
-            body = await read_body(receive)
+            try:
+                body = await read_body(receive, self.body_limit)
+            except BodyTooLarge as exc:
+                await send_json_error(send, 413, str(exc))
+                return
             receive = _replay(body, receive)
             body_text = _body_text(body)
         picked = self.plan.pick(request, template, sandbox_id, body_text)
@@ -272,7 +308,8 @@ class FaultMiddleware:
         answer = rule.answer
         scope[SCOPE_FAULT] = f"{rule_id}: {answer.describe()}"
         if answer.status is not None or answer.kill_fails:
-            await read_body(receive)  # always drain: an unread chunked body upsets the SDK's client
+            # always drain: an unread chunked body upsets the SDK's client
+            await drain(receive, self.body_limit if self.body_limit is not None else 1 << 30)
             status = answer.status if answer.status is not None else 500
             extra = (
                 [(b"retry-after", str(answer.retry_after).encode())] if answer.retry_after is not None else []

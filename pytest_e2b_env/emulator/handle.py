@@ -22,6 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from pytest_e2b_env.emulator.limits import LIMITS_ENV, Limits
 from pytest_e2b_env.errors import EmulatorError
 
 _CONTROL_HEADER = "X-Emulator-Key"
@@ -63,7 +64,9 @@ class Faults:
 class Emulator:
     """A local E2B emulator: ``with Emulator() as emu:`` then point the SDK at ``emu.sdk_env()``.
 
-    ``isolation`` forces ``"namespaces"`` or ``"process"`` (default: the best available).
+    ``isolation`` forces ``"namespaces"`` or ``"process"`` (default: the best available);
+    ``limits`` overrides caps of :class:`~pytest_e2b_env.emulator.limits.Limits` by field name
+    (e.g. ``{"file_bytes": 1 << 20}``).
     """
 
     def __init__(
@@ -73,7 +76,12 @@ class Emulator:
         *,
         isolation: str | None = None,
         startup_timeout: float = 30.0,
+        limits: dict[str, Any] | None = None,
     ) -> None:
+        try:
+            self.limits = Limits.build(limits)
+        except ValueError as exc:
+            raise EmulatorError(str(exc)) from None
         self.host = host
         self.port = port
         self.isolation_request = isolation
@@ -116,6 +124,7 @@ class Emulator:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
         env.pop("PYTEST_E2B_ENV_EMULATOR_KEY", None)  # always a fresh random key
         env["PYTEST_E2B_ENV_EMULATOR_OWNER"] = str(os.getpid())
+        env[LIMITS_ENV] = self.limits.to_env()
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the child; closed in stop()
         self._proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=self._stderr, env=env, close_fds=True

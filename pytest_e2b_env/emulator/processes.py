@@ -4,6 +4,11 @@ envd semantics copied here: output in chunks of at most 32 KiB; when the leader 
 pipes are closed and ``end`` is sent at once, even if a daemon still holds stdout; a killed
 sandbox never sends ``end``; the command deadline kills the leader and ends the stream with
 DEADLINE_EXCEEDED instead of ``end``.
+
+Output is bounded: once a subscriber (or the backlog kept for the Start stream) holds
+``output_limit`` bytes it has not consumed, the pipes stop being read until it is down to
+half, so a command whose output nobody reads blocks on write as it would on a real pipe,
+instead of growing the emulator's memory.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ def _oneof(name: str, value: Any) -> Any:
 
 CHUNK = 32 * 1024
 KEEPALIVE_S = 50.0  # envd's keepalive period on streams
+OUTPUT_LIMIT = 4 << 20  # default unconsumed output per subscriber (see the module doc)
 
 # markers pushed to subscribers besides real events
 LOST = "lost"  # the sandbox died: the stream is cut (UNAVAILABLE), no end event
@@ -68,6 +74,7 @@ class Proc:
         tag: str | None,
         is_alive: Callable[[], bool],
         on_exit: Callable[[Proc], None],
+        output_limit: int = OUTPUT_LIMIT,
     ) -> None:
         self.popen = popen
         self.pid = popen.pid
@@ -77,9 +84,13 @@ class Proc:
         self.done = False
         self.timed_out = False
         self.final: Any = None  # the end event or LOST, once known
-        self._subscribers: set[asyncio.Queue[Any]] = set()
+        # each subscriber's queue -> output bytes queued there and not yet consumed
+        self._subscribers: dict[asyncio.Queue[Any], int] = {}
         # events before the Start stream subscribes are kept for it; Connect gets live events only
         self._backlog: list[Any] | None = []
+        self._backlog_bytes = 0
+        self._output_limit = output_limit
+        self._paused = False  # the pipes are not being read (back-pressure)
         self._is_alive = is_alive  # is the sandbox still running (decides end vs cut stream)
         self._on_exit = on_exit
         self._loop = asyncio.get_running_loop()
@@ -114,13 +125,14 @@ class Proc:
         except OSError:
             chunk = b""
         if chunk:
-            self._publish(_data_event(self._open_fds[fd], chunk))
+            self._publish(_data_event(self._open_fds[fd], chunk), len(chunk))
         else:
             self._close_fd(fd)
 
     def _close_fd(self, fd: int) -> None:
         if self._open_fds.pop(fd, None) is not None:
-            self._loop.remove_reader(fd)
+            if not self._paused:
+                self._loop.remove_reader(fd)
             # the Popen's file object owns the fd; closing through it avoids a double close
             for pipe in (self.popen.stdout, self.popen.stderr):
                 if pipe is not None and not pipe.closed and pipe.fileno() == fd:
@@ -161,7 +173,7 @@ class Proc:
                     break
                 if not chunk:
                     break
-                self._publish(_data_event(self._open_fds[fd], chunk))
+                self._publish(_data_event(self._open_fds[fd], chunk), len(chunk))
             self._close_fd(fd)
         if self.popen.stdin is not None:
             with contextlib.suppress(OSError):
@@ -189,11 +201,34 @@ class Proc:
         self._publish(LOST)
         self._on_exit(self)
 
-    def _publish(self, item: Any) -> None:
+    def _publish(self, item: Any, size: int = 0) -> None:
         if self._backlog is not None:
-            self._backlog.append(item)
+            self._backlog.append((item, size))
+            self._backlog_bytes += size
         for queue in self._subscribers:
-            queue.put_nowait(item)
+            queue.put_nowait((item, size))
+            self._subscribers[queue] += size
+        if size:
+            self._flow()
+
+    def _flow(self) -> None:
+        """Stop reading the pipes while some reader is ``output_limit`` behind; resume at half."""
+        behind = max([self._backlog_bytes, *self._subscribers.values()])
+        if not self._paused and behind >= self._output_limit and not self.done:
+            self._paused = True
+            for fd in self._open_fds:
+                self._loop.remove_reader(fd)
+        elif self._paused and (behind <= self._output_limit // 2 or self.done):
+            self._paused = False
+            if not self.done:
+                for fd in self._open_fds:
+                    self._loop.add_reader(fd, self._readable, fd)
+
+    def _consumed(self, queue: asyncio.Queue[Any], size: int) -> None:
+        if size and queue in self._subscribers:
+            self._subscribers[queue] -= size
+            if self._paused:
+                self._flow()
 
     # ------------------------------------------------------------------ deadline and signals
     def set_deadline(self, seconds: float, kill: Callable[[Proc], None]) -> None:
@@ -212,13 +247,14 @@ class Proc:
     ) -> AsyncIterator[P.ProcessEvent]:
         """Yield the start event, then live events until the end (or cut / deadline error)."""
         queue: asyncio.Queue[Any] = asyncio.Queue()
+        queued = 0
         if is_start and self._backlog is not None:
-            for item in self._backlog:
-                queue.put_nowait(item)
-            self._backlog = None
+            for entry in self._backlog:
+                queue.put_nowait(entry)
+            queued, self._backlog, self._backlog_bytes = self._backlog_bytes, None, 0
         elif self.final is not None:
-            queue.put_nowait(self.final)
-        self._subscribers.add(queue)
+            queue.put_nowait((self.final, 0))
+        self._subscribers[queue] = queued
         loop_deadline = None if deadline_s is None else self._loop.time() + deadline_s
         try:
             yield self.start
@@ -231,9 +267,10 @@ class Proc:
                 try:
                     if queue.empty():
                         async with asyncio.timeout(wait):  # no task per wait, unlike wait_for
-                            item = await queue.get()
+                            item, size = await queue.get()
                     else:
-                        item = queue.get_nowait()
+                        item, size = queue.get_nowait()
+                    self._consumed(queue, size)
                 except TimeoutError:
                     if loop_deadline is None or loop_deadline > self._loop.time():
                         yield P.ProcessEvent(event=_oneof("keepalive", P.ProcessEvent.KeepAlive()))
@@ -250,4 +287,6 @@ class Proc:
                     return
                 yield item
         finally:
-            self._subscribers.discard(queue)
+            self._subscribers.pop(queue, None)
+            if self._paused:
+                self._flow()  # a reader that left no longer holds the others back

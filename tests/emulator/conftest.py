@@ -69,3 +69,30 @@ async def asbx(opts: dict[str, str], run_id: str) -> AsyncIterator[Any]:
     sandbox = await AsyncSandbox.create(timeout=120, metadata={"test_run": run_id}, **opts)
     yield sandbox
     await sandbox.kill()
+
+
+#: Caps small enough that every hardening test stays cheap in memory and time.
+SMALL_LIMITS = {
+    "body_bytes": 64 << 10,
+    "file_bytes": 1 << 20,
+    "list_entries": 5000,
+    "output_bytes": 256 << 10,
+    "stdin_wait_s": 5.0,
+}
+
+
+@pytest.fixture(scope="session")
+def small_emu() -> Iterator[Emulator]:
+    """An emulator of its own with small limits (see SMALL_LIMITS), for the hardening tests."""
+    with Emulator(limits=SMALL_LIMITS) as emulator:
+        yield emulator
+
+
+@pytest.fixture
+def small_sbx(small_emu: Emulator) -> Iterator[Any]:
+    """A sync sandbox on the small-limits emulator, killed after the test."""
+    from e2b import Sandbox
+
+    sandbox = Sandbox.create(timeout=300, **small_emu.sdk_opts())
+    yield sandbox
+    sandbox.kill()

@@ -12,13 +12,12 @@ start-up and isolation tests skip with that reason instead of passing falsely.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
 from pathlib import Path
 from typing import Literal
 
 from .api import HOME_DIR, Backend, Box, SandboxFS
+from .fsops import remove_tree_quietly
 from .process import ProcessBackend
 
 __all__ = ["BASE_DIR", "HOME_DIR", "Backend", "Box", "SandboxFS", "select_backend"]
@@ -28,18 +27,25 @@ BASE_DIR = Path("/var/tmp/pytest-e2b-env")
 
 
 def _sweep_stale(base: Path) -> None:
-    """Remove sandbox directories left by emulators that died (the directory name starts with a dead pid)."""
-    with contextlib.suppress(OSError):
-        for entry in base.iterdir():
-            owner = entry.name.split("-", 1)[0]  # "<pid>" or "<pid>-<label>"
-            if not owner.isdigit() or entry.stat().st_uid != os.geteuid():
+    """Remove sandbox directories left by emulators that died (the directory name starts with a dead pid).
+
+    Best effort and never raising: the trees were shaped by sandboxes (any depth, odd names),
+    and a leftover that cannot be removed must not stop this emulator from starting.
+    """
+    try:
+        entries = list(base.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        owner = entry.name.split("-", 1)[0]  # "<pid>" or "<pid>-<label>"
+        try:
+            if not owner.isdigit() or entry.lstat().st_uid != os.geteuid():
                 continue
-            try:
-                os.kill(int(owner), 0)
-            except ProcessLookupError:
-                shutil.rmtree(entry, ignore_errors=True)
-            except PermissionError:
-                continue
+            os.kill(int(owner), 0)
+        except ProcessLookupError:
+            remove_tree_quietly(entry)
+        except (OSError, OverflowError, ValueError):
+            continue
 
 
 def _default_root() -> Path:

@@ -2,6 +2,8 @@
 
 Standalone on purpose: the init helper imports this file as a top-level module.
 A message is one JSON frame, optionally followed by one raw data frame (``has_data``).
+Requests carry an ``id`` that the reply repeats, so a reply can never be taken for the
+answer to another request; a reader caps the frame sizes it accepts.
 """
 
 from __future__ import annotations
@@ -38,24 +40,28 @@ def _exact(sock: socket.socket, size: int) -> bytes | None:
     return bytes(buf)
 
 
-def recv_frame(sock: socket.socket) -> bytes | None:
-    """One frame's payload, or None at EOF."""
+def recv_frame(sock: socket.socket, max_size: int = MAX_FRAME) -> bytes | None:
+    """One frame's payload, or None at EOF; ValueError above ``max_size`` bytes."""
     head = _exact(sock, _FRAME.size)
     if head is None:
         return None
     (size,) = _FRAME.unpack(head)
-    if size > MAX_FRAME:
-        raise ValueError(f"frame of {size} bytes is too large")
+    if size > max_size:
+        raise ValueError(f"frame of {size} bytes is too large (max {max_size})")
     return _exact(sock, size)
 
 
-def recv(sock: socket.socket) -> tuple[dict[str, Any], bytes | None] | None:
+def recv(
+    sock: socket.socket, max_header: int = MAX_FRAME, max_data: int = MAX_FRAME
+) -> tuple[dict[str, Any], bytes | None] | None:
     """One message (header, data or None), or None at EOF."""
-    raw = recv_frame(sock)
+    raw = recv_frame(sock, max_header)
     if raw is None:
         return None
     header = json.loads(raw)
     if not isinstance(header, dict):
         raise ValueError("control message is not a JSON object")
-    data = recv_frame(sock) if header.get("has_data") else None
+    data = recv_frame(sock, max_data) if header.get("has_data") else None
+    if header.get("has_data") and data is None:
+        return None  # EOF between the header and its data
     return header, data

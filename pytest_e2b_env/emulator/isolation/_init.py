@@ -175,39 +175,49 @@ class Agent:
         )
 
     def handle(self) -> bool:
-        """Serve one request; False when the emulator closed the socket."""
+        """Serve one request; False when the emulator closed the socket.
+
+        Every reply repeats the request's ``id``, and nothing here may block on the sandbox's
+        files (non-blocking opens, regular files only, capped sizes, iterative walks): a
+        request the init cannot finish would leave the channel out of step.
+        """
         msg = _frames.recv(self.sock)
         if msg is None:
             return False
         req, data = msg
+        tag = {"id": req.get("id")}
         uid = USER_UID if req.get("user") == "user" else 0
         L.setfsgid(uid)
         L.setfsuid(uid)
         try:
             result, out = self.run(req, data)
-            _frames.send(self.sock, {"ok": result}, out)
+            reply: tuple[dict[str, Any], bytes | None] = ({**tag, "ok": result}, out)
         except OSError as exc:
             code = exc.errno or errno.EIO
-            _frames.send(self.sock, {"errno": code, "message": exc.strerror or str(exc)})
-        except ValueError as exc:
-            _frames.send(self.sock, {"value_error": str(exc)})
+            reply = ({**tag, "errno": code, "message": exc.strerror or str(exc)}, None)
+        except (ValueError, TypeError, KeyError, RecursionError, MemoryError) as exc:
+            reply = ({**tag, "value_error": str(exc)[:2000] or type(exc).__name__}, None)
         finally:
             L.setfsuid(0)
             L.setfsgid(0)
+        _frames.send(self.sock, *reply)
         return True
 
     def run(self, req: dict[str, Any], data: bytes | None) -> tuple[Any, bytes | None]:
         """Dispatch one operation."""
         op, path = req["op"], req.get("path", "/")
         fs = self.fs
+        limit = int(req.get("limit") or fsops.MAX_READ)
         if op == "read":
-            return None, fs.read(path)
+            return None, fs.read(path, limit)
         if op == "write":
-            return fs.write(path, data or b""), None
+            return fs.write(path, data or b"", limit), None
         if op == "stat":
             return fs.stat(path), None
         if op == "listdir":
-            return fs.listdir(path, int(req["depth"])), None
+            entries = int(req.get("max_entries") or fsops.MAX_ENTRIES)
+            depth = int(req.get("max_depth") or fsops.MAX_DEPTH)
+            return fs.listdir(path, int(req["depth"]), entries, depth), None
         if op == "mkdir":
             return fs.mkdir(path), None
         if op == "move":

@@ -10,6 +10,8 @@ import subprocess
 from pathlib import Path
 from typing import Any, Literal
 
+from .fsops import MAX_DEPTH, MAX_ENTRIES, MAX_READ
+
 HOME_DIR = "/home/user"
 #: envd's PATH (the E2B base template's).
 ENVD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -59,20 +61,30 @@ class SandboxFS(abc.ABC):
     """
 
     @abc.abstractmethod
-    def read(self, path: str, user: str = "user") -> bytes:
-        """Whole content of a file."""
+    def read(self, path: str, user: str = "user", limit: int = MAX_READ) -> bytes:
+        """Whole content of a regular file of at most ``limit`` bytes.
+
+        A FIFO, device or socket, or a larger file, is a ValueError; nothing ever blocks.
+        """
 
     @abc.abstractmethod
-    def write(self, path: str, data: bytes, user: str = "user") -> dict[str, Any]:
-        """Create or overwrite a file (missing parents made, owned by ``user``); returns its entry."""
+    def write(self, path: str, data: bytes, user: str = "user", limit: int = MAX_READ) -> dict[str, Any]:
+        """Create or overwrite a regular file (missing parents made, owned by ``user``); returns its entry."""
 
     @abc.abstractmethod
     def stat(self, path: str, user: str = "user") -> dict[str, Any] | None:
         """Entry of ``path`` (a symlink itself, not its target), None when missing."""
 
     @abc.abstractmethod
-    def listdir(self, path: str, depth: int = 1, user: str = "user") -> list[dict[str, Any]]:
-        """Entries below a directory, ``depth`` levels deep."""
+    def listdir(
+        self,
+        path: str,
+        depth: int = 1,
+        user: str = "user",
+        max_entries: int = MAX_ENTRIES,
+        max_depth: int = MAX_DEPTH,
+    ) -> list[dict[str, Any]]:
+        """Entries below a directory, ``depth`` levels deep; ValueError beyond either cap."""
 
     @abc.abstractmethod
     def mkdir(self, path: str, user: str = "user") -> bool:

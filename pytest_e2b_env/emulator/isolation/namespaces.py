@@ -36,6 +36,7 @@ from pytest_e2b_env.errors import CleanupError, InfrastructureError
 from . import _frames
 from . import _linux as L
 from .api import Backend, Box, check_sandbox_id, check_user, envd_env, home_of
+from .fsops import remove_tree_quietly
 from .nsfs import NamespaceFS
 
 INIT_SCRIPT = str(Path(__file__).with_name("_init.py"))
@@ -50,6 +51,10 @@ UID_SLOTS = 32000
 START_SECONDS = 30.0
 #: Per-sandbox process cap: the host's pid space (32768 here) is shared by everyone.
 MAX_PROCS = 1024
+#: Longest wait for one files request to the init (every operation there is bounded).
+REQUEST_SECONDS = 60.0
+#: Largest reply header accepted from an init (a listing at the entry cap fits).
+REPLY_HEADER_MAX = 256 << 20
 _slots = itertools.count()
 
 
@@ -94,6 +99,8 @@ class NamespaceBox(Box):
         self._lock = threading.Lock()
         self._procs: list[subprocess.Popen[bytes]] = []
         self._killed = False
+        self._poisoned = False
+        self._next_id = 0
         self._pidfd = os.pidfd_open(init_pid)
         names = ["user", "mnt", "ipc", "uts", "pid"] + ([] if internet else ["net"])
         self._ns = {
@@ -110,22 +117,49 @@ class NamespaceBox(Box):
         """The sandbox's files."""
         return self._fs
 
-    def request(self, header: dict[str, Any], data: bytes | None) -> tuple[dict[str, Any], bytes | None]:
-        """One round trip with the sandbox's init."""
-        with self._lock:
-            if self._killed:
+    def request(
+        self, header: dict[str, Any], data: bytes | None, max_data: int = _frames.MAX_FRAME
+    ) -> tuple[dict[str, Any], bytes | None]:
+        """One round trip with the sandbox's init.
+
+        The reply must repeat the request's id. A reply that does not, a timeout, or a broken
+        frame poisons the channel: the socket is shut, which ends the init and so the sandbox,
+        rather than ever pairing a later request with an earlier request's answer.
+        """
+        if not self._lock.acquire(timeout=REQUEST_SECONDS):
+            raise InfrastructureError(
+                f"sandbox {self.sandbox_id} init is busy: a files request waited {REQUEST_SECONDS:g}s"
+            )
+        try:
+            if self._killed or self._poisoned:
                 raise ProcessLookupError(errno.ESRCH, f"sandbox {self.sandbox_id} is not running")
+            self._next_id += 1
+            rid = self._next_id
             error: Exception | None = None
             try:
-                _frames.send(self._sock, header, data)
-                reply = _frames.recv(self._sock)
-            except (OSError, ValueError) as exc:
+                self._sock.settimeout(REQUEST_SECONDS)
+                _frames.send(self._sock, {**header, "id": rid}, data)
+                reply = _frames.recv(self._sock, REPLY_HEADER_MAX, max_data)
+                if reply is not None and reply[0].get("id") != rid:
+                    got = reply[0].get("id")
+                    reply, error = None, ValueError(f"reply to request {got!r}, expected {rid}")
+            except (OSError, ValueError) as exc:  # TimeoutError included
                 reply, error = None, exc
+            if reply is None:
+                self._poison()
+        finally:
+            self._lock.release()
         if reply is None:
             if _readable(self._pidfd):
                 raise ProcessLookupError(errno.ESRCH, f"sandbox {self.sandbox_id} is not running")
             raise InfrastructureError(f"sandbox {self.sandbox_id} init stopped answering ({error or 'EOF'})")
         return reply
+
+    def _poison(self) -> None:
+        """The channel is out of step or silent: shut it so the init (and the sandbox) ends."""
+        self._poisoned = True
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
 
     def spawn(
         self, cmd: str, envs: dict[str, str], cwd: str, user: str = "user", stdin: bool = False
@@ -194,8 +228,8 @@ class NamespaceBox(Box):
         return [*order, ("ipc", L.CLONE_NEWIPC), ("uts", L.CLONE_NEWUTS)]
 
     def alive(self) -> bool:
-        """True until killed or until the init died."""
-        return not self._killed and not _readable(self._pidfd)
+        """True until killed, until the init died or its channel was poisoned."""
+        return not self._killed and not self._poisoned and not _readable(self._pidfd)
 
     def kill(self, timeout: float = 10.0) -> None:
         """SIGKILL the init, wait until the kernel has emptied the pid namespace, remove the files."""
@@ -274,8 +308,9 @@ class NamespaceBackend(Backend):
 
     def _remove_loop(self) -> None:
         # Deleting a sandbox's files costs tens of ms on this disk; kill() only renames them away.
+        # Sandbox-shaped trees (any depth, odd names, symlinks) must never end this thread.
         while (path := self._doomed.get()) is not None:
-            shutil.rmtree(path, ignore_errors=True)
+            remove_tree_quietly(path)
 
     def discard(self, directory: Path) -> None:
         """Move a dead sandbox's files out of the way at once and delete them in the background."""
@@ -283,7 +318,7 @@ class NamespaceBackend(Backend):
         try:
             directory.rename(target)
         except OSError:
-            shutil.rmtree(directory, ignore_errors=True)
+            remove_tree_quietly(directory)
             return
         self._doomed.put(target)
 
@@ -333,7 +368,7 @@ class NamespaceBackend(Backend):
             )
         except BaseException:
             parent.close()  # an init that did start exits when its socket closes
-            shutil.rmtree(directory, ignore_errors=True)
+            remove_tree_quietly(directory)
             raise
         with self._lock:
             self._boxes[sandbox_id] = box
@@ -366,7 +401,7 @@ class NamespaceBackend(Backend):
             self._zygote.wait(timeout=10)
         self._doomed.put(None)
         self._remover.join(timeout=60)
-        shutil.rmtree(self.root, ignore_errors=True)
+        remove_tree_quietly(self.root)
         if unresolved:
             raise CleanupError("sandboxes survived backend close", unresolved)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .api import SandboxFS, check_user, home_of
-from .fsops import normalize
+from .fsops import MAX_DEPTH, MAX_ENTRIES, MAX_READ, normalize
 
 if TYPE_CHECKING:
     from .namespaces import NamespaceBox
@@ -17,33 +17,44 @@ class NamespaceFS(SandboxFS):
     def __init__(self, box: NamespaceBox) -> None:
         self._box = box
 
-    def _call(self, op: str, path: str, user: str, data: bytes | None = None, **extra: Any) -> Any:
+    def _call(
+        self, op: str, path: str, user: str, data: bytes | None = None, max_data: int = 1 << 20, **extra: Any
+    ) -> Any:
         path = normalize(path, home_of(check_user(user)))
-        header, payload = self._box.request({"op": op, "path": path, "user": user, **extra}, data)
+        header, payload = self._box.request({"op": op, "path": path, "user": user, **extra}, data, max_data)
         if "errno" in header:
             raise OSError(int(header["errno"]), str(header.get("message", "")), path)
         if "value_error" in header:
             raise ValueError(str(header["value_error"]))
         return payload if op == "read" else header.get("ok")
 
-    def read(self, path: str, user: str = "user") -> bytes:
-        """Whole content of a file."""
-        return bytes(self._call("read", path, user) or b"")
+    def read(self, path: str, user: str = "user", limit: int = MAX_READ) -> bytes:
+        """Whole content of a regular file of at most ``limit`` bytes."""
+        return bytes(self._call("read", path, user, max_data=limit, limit=limit) or b"")
 
-    def write(self, path: str, data: bytes, user: str = "user") -> dict[str, Any]:
-        """Create or overwrite a file as ``user``; returns its entry."""
-        return dict(self._call("write", path, user, bytes(data)))
+    def write(self, path: str, data: bytes, user: str = "user", limit: int = MAX_READ) -> dict[str, Any]:
+        """Create or overwrite a regular file as ``user``; returns its entry."""
+        return dict(self._call("write", path, user, bytes(data), limit=limit))
 
     def stat(self, path: str, user: str = "user") -> dict[str, Any] | None:
         """Entry of ``path`` or None."""
         info = self._call("stat", path, user)
         return None if info is None else dict(info)
 
-    def listdir(self, path: str, depth: int = 1, user: str = "user") -> list[dict[str, Any]]:
-        """Entries below a directory."""
+    def listdir(
+        self,
+        path: str,
+        depth: int = 1,
+        user: str = "user",
+        max_entries: int = MAX_ENTRIES,
+        max_depth: int = MAX_DEPTH,
+    ) -> list[dict[str, Any]]:
+        """Entries below a directory (bounded in depth and count)."""
         if depth < 1:
             raise ValueError(f"depth={depth} must be >= 1")
-        return list(self._call("listdir", path, user, depth=depth))
+        return list(
+            self._call("listdir", path, user, depth=depth, max_entries=max_entries, max_depth=max_depth)
+        )
 
     def mkdir(self, path: str, user: str = "user") -> bool:
         """Create a directory with parents; False when it exists."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import threading
@@ -22,7 +21,7 @@ from typing import Any
 from pytest_e2b_env.errors import CleanupError
 
 from .api import Backend, Box, SandboxFS, check_sandbox_id, check_user, envd_env, home_of
-from .fsops import RootedFS, normalize
+from .fsops import MAX_DEPTH, MAX_ENTRIES, MAX_READ, RootedFS, normalize, remove_tree_quietly
 
 #: Every command carries this variable so kill() can find processes that left the session.
 MARKER = "PYTEST_E2B_ENV_BOX"
@@ -48,21 +47,28 @@ class ProcessFS(SandboxFS):
         finally:
             os.close(fd)
 
-    def read(self, path: str, user: str = "user") -> bytes:
-        """Whole content of a file."""
-        return self._fs.read(normalize(path, home_of(check_user(user))))
+    def read(self, path: str, user: str = "user", limit: int = MAX_READ) -> bytes:
+        """Whole content of a regular file of at most ``limit`` bytes."""
+        return self._fs.read(normalize(path, home_of(check_user(user))), limit)
 
-    def write(self, path: str, data: bytes, user: str = "user") -> dict[str, Any]:
-        """Create or overwrite a file; returns its entry."""
-        return self._fs.write(normalize(path, home_of(check_user(user))), bytes(data))
+    def write(self, path: str, data: bytes, user: str = "user", limit: int = MAX_READ) -> dict[str, Any]:
+        """Create or overwrite a regular file; returns its entry."""
+        return self._fs.write(normalize(path, home_of(check_user(user))), bytes(data), limit)
 
     def stat(self, path: str, user: str = "user") -> dict[str, Any] | None:
         """Entry of ``path`` or None."""
         return self._fs.stat(normalize(path, home_of(check_user(user))))
 
-    def listdir(self, path: str, depth: int = 1, user: str = "user") -> list[dict[str, Any]]:
-        """Entries below a directory."""
-        return self._fs.listdir(normalize(path, home_of(check_user(user))), depth)
+    def listdir(
+        self,
+        path: str,
+        depth: int = 1,
+        user: str = "user",
+        max_entries: int = MAX_ENTRIES,
+        max_depth: int = MAX_DEPTH,
+    ) -> list[dict[str, Any]]:
+        """Entries below a directory (bounded in depth and count)."""
+        return self._fs.listdir(normalize(path, home_of(check_user(user))), depth, max_entries, max_depth)
 
     def mkdir(self, path: str, user: str = "user") -> bool:
         """Create a directory with parents; False when it exists."""
@@ -162,7 +168,7 @@ class ProcessBox(Box):
                 )
             time.sleep(0.005)
         self._fs.close()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        remove_tree_quietly(self.directory)
 
     def alive(self) -> bool:
         """True until killed."""
@@ -206,6 +212,6 @@ class ProcessBackend(Backend):
                 box.kill()
             except CleanupError as exc:
                 errors.extend(exc.ids)
-        shutil.rmtree(self.root, ignore_errors=True)
+        remove_tree_quietly(self.root)
         if errors:
             raise CleanupError("sandboxes survived backend close", errors)

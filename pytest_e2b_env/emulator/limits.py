@@ -1,0 +1,77 @@
+"""Bounds on what untrusted requests and sandbox contents may cost the emulator.
+
+Every size, depth and wait the emulator accepts from a request body or from a sandbox's files
+is capped here, so no input grows its memory, recursion or blocking without bound. The
+defaults suit test suites; ``Emulator(limits={...})`` passes other values to the server child
+through the ``PYTEST_E2B_ENV_EMULATOR_LIMITS`` variable (a JSON object of field names).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+LIMITS_ENV = "PYTEST_E2B_ENV_EMULATOR_LIMITS"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The caps of one emulator (bytes, levels, entries, seconds)."""
+
+    #: REST and control-endpoint request bodies (JSON): larger ones answer 413.
+    body_bytes: int = 1 << 20
+    #: Deepest JSON nesting accepted in a REST or control body (400 beyond).
+    json_depth: int = 32
+    #: Largest file ``files.read`` serves and ``files.write`` accepts (after decompression).
+    file_bytes: int = 64 << 20
+    #: Deepest ``files.list(depth=...)`` served (INVALID_ARGUMENT beyond).
+    list_depth: int = 256
+    #: Most entries one ``files.list`` answers (INVALID_ARGUMENT beyond).
+    list_entries: int = 100_000
+    #: Command output queued for one stream subscriber before the command's pipes stop being
+    #: read (back-pressure: the command blocks on write, as with a real pipe).
+    output_bytes: int = 4 << 20
+    #: Longest wait for a command to take stdin before ``send_stdin`` gives up (DEADLINE_EXCEEDED).
+    stdin_wait_s: float = 60.0
+    #: Longest wait for one files request to a sandbox's init; a silent init is torn down.
+    fs_timeout_s: float = 60.0
+
+    @property
+    def upload_bytes(self) -> int:
+        """Largest ``POST /files`` body: one file at the cap plus room for multipart framing."""
+        return self.file_bytes + (1 << 20)
+
+    def to_env(self) -> str:
+        """The JSON form read back by :meth:`from_env`."""
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def build(cls, values: dict[str, Any] | None) -> Limits:
+        """Limits with ``values`` replacing defaults; raises ValueError naming a bad field."""
+        values = dict(values or {})
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        for name, value in values.items():
+            if name not in known:
+                raise ValueError(f"limits: unknown field {name!r}; known fields: {', '.join(sorted(known))}")
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ValueError(f"limits: {name}={value!r} must be a positive number")
+            if known[name].type == "int" and not isinstance(value, int):
+                raise ValueError(f"limits: {name}={value!r} must be an integer")
+        return cls(**values)
+
+    @classmethod
+    def from_env(cls) -> Limits:
+        """The limits named by ``PYTEST_E2B_ENV_EMULATOR_LIMITS``, else the defaults."""
+        raw = os.environ.get(LIMITS_ENV)
+        if not raw:
+            return cls()
+        try:
+            values = json.loads(raw)
+        except ValueError:
+            raise ValueError(f"{LIMITS_ENV} is not a JSON object: {raw[:200]!r}") from None
+        if not isinstance(values, dict):
+            raise ValueError(f"{LIMITS_ENV} is not a JSON object: {raw[:200]!r}")
+        return cls.build(values)
