@@ -21,8 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
+from pytest_e2b_env.target.settings import TargetSettings
+
 RUN_KEY = "pytest_e2b_env_run"
-DEFAULT_DOMAIN = "e2b.app"
 CONFIRM_SECONDS = 20.0
 REQUEST_TIMEOUT = 30.0
 
@@ -202,16 +203,17 @@ def _parser() -> argparse.ArgumentParser:
 
 def _sdk_opts_from(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, Any] | str:
     """SDK options for the chosen target, or a one-line error message."""
-    key = environ.get("E2B_API_KEY", "")
+    # Live reads the explicit upstream, so an emulator's E2B_API_URL left in the shell cannot
+    # redirect a live reap.
+    settings = TargetSettings.from_env(environ, live=args.live)
+    key = settings.api_key or ""
     if args.live:
         if args.api_url:
             return "--api-url is for an emulator; drop it with --live (set E2B_DOMAIN for another E2B domain)"
         if not key:
             return "--live needs E2B_API_KEY in the environment; export your E2B API key and retry"
-        # Explicit URL so that an emulator's E2B_API_URL left in the shell cannot redirect a live reap.
-        domain = environ.get("E2B_DOMAIN") or DEFAULT_DOMAIN
-        return {"api_key": key, "api_url": f"https://api.{domain}"}
-    api_url = args.api_url or environ.get("E2B_API_URL", "")
+        return {"api_key": key, "api_url": settings.api_url}
+    api_url = args.api_url or settings.api_url or ""
     if not api_url:
         return (
             "no emulator URL: pass --api-url URL or set E2B_API_URL (both printed by "

@@ -65,18 +65,11 @@ def sandbox_factory(e2b_target: Target) -> Iterator[Callable[..., Any]]:
     from e2b import Sandbox
 
     mark = e2b_target.ledger_mark()
-    env = e2b_target.sdk_env()
 
     def create(role: str = "test", **kwargs: Any) -> Any:
         metadata = {**kwargs.pop("metadata", {}), "pytest_e2b_env_run": e2b_target.run_id, "role": role}
         kwargs.setdefault("timeout", DEFAULT_LIFETIME)
-        return Sandbox.create(
-            metadata=metadata,
-            api_key=env["E2B_API_KEY"],
-            api_url=env["E2B_API_URL"],
-            sandbox_url=env["E2B_SANDBOX_URL"],
-            **kwargs,
-        )
+        return Sandbox.create(metadata=metadata, **e2b_target.sdk_opts(), **kwargs)
 
     yield create
     e2b_target.faults.clear()

@@ -20,11 +20,10 @@ from pytest_e2b_env.catalog.loader import CaseLoadError, load_cases
 from pytest_e2b_env.catalog.model import Case
 from pytest_e2b_env.errors import InfrastructureError
 from pytest_e2b_env.target import Target, open_target
+from pytest_e2b_env.target.settings import openenv_url
 
 COLLECTOR_NAME = "e2b-catalog"
 REFERENCE_EPISODE = "pytest_e2b_env.episode:ReportEpisode"
-#: A running OpenEnv server the reference episode uses instead of starting its own.
-OPENENV_URL_ENV = "PYTEST_E2B_ENV_OPENENV_URL"
 settings_key = pytest.StashKey[Settings]()
 runtime_key = pytest.StashKey["Runtime"]()
 
@@ -84,7 +83,7 @@ class Runtime:
         ``PYTEST_E2B_ENV_OPENENV_URL`` are left alone.
         """
         target = self._target
-        if target is None or os.environ.get(OPENENV_URL_ENV):
+        if target is None or openenv_url():
             return
         if not any(
             isinstance(item, CaseItem)

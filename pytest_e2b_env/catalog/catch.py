@@ -71,7 +71,6 @@ def run_subject(path: Path, *, families: list[str] | None = None, timeout: float
             cmd += ["-k", " or ".join(families)]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(path.parent), env.get("PYTHONPATH")) if p)
-        env.pop("PYTEST_E2B_ENV_RUN", None)
         started = time.monotonic()
         try:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)

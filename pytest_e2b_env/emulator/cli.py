@@ -14,9 +14,9 @@ import sys
 from typing import NoReturn
 
 from pytest_e2b_env.errors import EmulatorError
+from pytest_e2b_env.target.settings import emulator_key, emulator_owner
 
 PR_SET_PDEATHSIG = 1
-OWNER_ENV = "PYTEST_E2B_ENV_EMULATOR_OWNER"  # pid of the process that started us (set by Emulator)
 
 
 def _port(value: str) -> int:
@@ -63,7 +63,7 @@ def _die_with_parent() -> None:
     """Ask the kernel for SIGTERM when our parent dies, and handle the race where it already has."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    owner = int(os.environ.get(OWNER_ENV) or 0)
+    owner = emulator_owner()  # pid of the process that started us (set by Emulator)
     if os.getppid() == 1 or (owner and os.getppid() != owner):  # the owner died before prctl
         os.kill(os.getpid(), signal.SIGTERM)
 
@@ -90,7 +90,7 @@ def main(argv: list[str]) -> int:
     from pytest_e2b_env.emulator.server import load_backend, serve
 
     backend = load_backend(None if args.isolation == "auto" else args.isolation)
-    serve(sock, backend, os.environ.get("PYTEST_E2B_ENV_EMULATOR_KEY") or new_api_key())
+    serve(sock, backend, emulator_key() or new_api_key())
     return 0
 
 

@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import Any
 
 from pytest_e2b_env.errors import EmulatorError
+from pytest_e2b_env.target.settings import emulator_child_env, parse_sdk_env, sdk_env
 
 _CONTROL_HEADER = "X-Emulator-Key"
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
@@ -112,10 +113,8 @@ class Emulator:
         cmd += ["--die-with-parent"]
         if self.isolation_request:
             cmd += ["--isolation", self.isolation_request]
-        env = dict(os.environ)
+        env = emulator_child_env(os.environ, owner_pid=os.getpid())
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
-        env.pop("PYTEST_E2B_ENV_EMULATOR_KEY", None)  # always a fresh random key
-        env["PYTEST_E2B_ENV_EMULATOR_OWNER"] = str(os.getpid())
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the child; closed in stop()
         self._proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=self._stderr, env=env, close_fds=True
@@ -161,7 +160,7 @@ class Emulator:
                 elif "=" in line:
                     key, _, value = line.partition("=")
                     values[key] = value
-        self.url, self.api_key = values["E2B_API_URL"], values["E2B_API_KEY"]
+        self.url, self.api_key = parse_sdk_env(values)
         self.isolation, self.isolation_reason = values["isolation"], values["reason"]
 
     def _stderr_tail(self) -> str:
@@ -205,7 +204,7 @@ class Emulator:
     # ------------------------------------------------------------------ queries
     def sdk_env(self) -> dict[str, str]:
         """The env vars that point the e2b SDK here."""
-        return {"E2B_API_URL": self.url, "E2B_SANDBOX_URL": self.url, "E2B_API_KEY": self.api_key}
+        return sdk_env(self.url, self.api_key)
 
     def sdk_opts(self) -> dict[str, str]:
         """The same as keyword arguments: ``Sandbox.create(**emu.sdk_opts())``."""

@@ -15,6 +15,7 @@ import uvicorn
 
 from pytest_e2b_env.emulator.app import EmulatorApp
 from pytest_e2b_env.errors import EmulatorError
+from pytest_e2b_env.target.settings import sdk_env
 
 if TYPE_CHECKING:
     from pytest_e2b_env.emulator.isolation.api import Backend
@@ -46,7 +47,7 @@ class _Server(uvicorn.Server):
 
 def announce_lines(url: str, api_key: str) -> list[str]:
     """The shell-sourceable lines printed first."""
-    return [f"E2B_API_URL={url}", f"E2B_SANDBOX_URL={url}", f"E2B_API_KEY={api_key}"]
+    return [f"{name}={value}" for name, value in sdk_env(url, api_key).items()]
 
 
 def serve(

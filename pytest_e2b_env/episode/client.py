@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 from collections.abc import Callable
 from typing import Any, ClassVar, NoReturn
 
 from pytest_e2b_env.errors import CleanupError, ConfigError, E2BEnvError, InfrastructureError
+from pytest_e2b_env.target.settings import openenv_url
 
-#: Environment variable naming a running OpenEnv server (else one is started in-process on loopback).
-URL_ENV = "PYTEST_E2B_ENV_OPENENV_URL"
 #: Seconds the client waits for any one server reply; the server enforces the task deadlines.
 MESSAGE_TIMEOUT = 900.0
 
@@ -160,8 +158,9 @@ class ReportEpisode:
         if self._base_url:
             return self._base_url
         env = type(self)._environment
-        if env is None and os.environ.get(URL_ENV):
-            return os.environ[URL_ENV]
+        url = openenv_url()
+        if env is None and url:
+            return url
         from pytest_e2b_env.episode.server import shared_server
 
         return shared_server(env)

@@ -8,37 +8,38 @@ episode 1 submits the buggy starter (0.0), episode 2 inspects, repairs, reruns a
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 from pytest_e2b_env.episode.client import ReportEpisode
-from pytest_e2b_env.episode.sandboxes import SandboxTarget, sweep
+from pytest_e2b_env.episode.sandboxes import sweep
 from pytest_e2b_env.episode.server import LoopbackServer, create_app
 from pytest_e2b_env.episode.task import load_repair, task_row
 from pytest_e2b_env.errors import ConfigError
+from pytest_e2b_env.target.settings import TargetSettings, env_run_id
 
 TASK = "weekly-sales"
 
 
 @contextlib.contextmanager
-def _target(live: bool, run_id: str) -> Iterator[tuple[SandboxTarget, str]]:
+def _target(live: bool, run_id: str) -> Iterator[tuple[TargetSettings, str]]:
+    base = TargetSettings.from_env(live=live, run_id=run_id)
     if live:
-        if not os.environ.get("E2B_API_KEY"):
+        if not base.api_key:
             raise ConfigError(
                 "smoke episode --live needs E2B_API_KEY in the environment; export it and rerun"
             )
-        base = SandboxTarget.from_env()
-        yield SandboxTarget(base.api_key, base.api_url, base.sandbox_url, base.template, run_id), "live"
+        yield base, "live"
         return
     from pytest_e2b_env.emulator import Emulator
 
     with Emulator() as emu:
-        env = emu.sdk_env()
-        target = SandboxTarget(env["E2B_API_KEY"], env["E2B_API_URL"], env["E2B_SANDBOX_URL"], run_id=run_id)
-        yield target, f"offline ({emu.isolation})"
+        yield (
+            base.replace(api_key=emu.api_key, api_url=emu.url, sandbox_url=emu.url),
+            f"offline ({emu.isolation})",
+        )
 
 
 def _summary(receipt: dict[str, Any]) -> dict[str, Any]:
@@ -56,7 +57,7 @@ def _summary(receipt: dict[str, Any]) -> dict[str, Any]:
 def episode_smoke(live: bool) -> dict[str, Any]:
     """Run the two smoke episodes; returns the receipt (``ok`` is True when rewards are [0.0, 1.0]
     and every sandbox was confirmed gone). Raises on infrastructure failure, never scores it."""
-    run_id = os.environ.get("PYTEST_E2B_ENV_RUN") or f"smoke-{uuid.uuid4().hex[:8]}"
+    run_id = env_run_id() or f"smoke-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
     with (
         _target(live, run_id) as (target, mode),

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from typing import Any
 
 from pytest_e2b_env.errors import ConfigError
+from pytest_e2b_env.target.settings import env_api_key, env_run_id
 
 # Task "total-tokens" of fixtures/reward/tasks.json (inlined: fixtures are not package data).
 CASES = [
@@ -95,9 +95,9 @@ def reward_smoke(live: bool) -> dict[str, Any]:
     """
     import uuid
 
-    run_id = os.environ.get("PYTEST_E2B_ENV_RUN") or f"smoke-{uuid.uuid4().hex[:8]}"
+    run_id = env_run_id() or f"smoke-{uuid.uuid4().hex[:8]}"
     if live:
-        if not os.environ.get("E2B_API_KEY"):
+        if not env_api_key():
             raise ConfigError("live reward smoke needs E2B_API_KEY in the environment; or run it offline")
         receipt = asyncio.run(_score(None, run_id))
         receipt["mode"] = "live"

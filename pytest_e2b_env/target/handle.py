@@ -9,22 +9,11 @@ environment afterwards so nothing leaks into the user's session.
 from __future__ import annotations
 
 import contextlib
-import os
-import uuid
 from typing import Any
 
 from pytest_e2b_env.environ import scoped_environ
 from pytest_e2b_env.errors import ConfigError, InfrastructureError
-
-RUN_ENV = "PYTEST_E2B_ENV_RUN"
-#: "offline" (the local emulator) or "live" (real E2B behind the fault proxy), set next to the run id.
-MODE_ENV = "PYTEST_E2B_ENV_MODE"
-SDK_KEYS = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")
-
-
-def new_run_id() -> str:
-    """A short, unique, metadata-safe run id."""
-    return "run-" + uuid.uuid4().hex[:12]
+from pytest_e2b_env.target.settings import ENV_RUN, env_api_key, live_upstream
 
 
 class Target:
@@ -55,16 +44,19 @@ class Target:
         return self.backend.faults
 
     def sdk_env(self) -> dict[str, str]:
-        """The E2B_* variables that point the real SDK at this target, plus the run id and mode."""
+        """The SDK variables that point the real SDK at this target, plus the run id."""
         env = {key: str(value) for key, value in self.backend.sdk_env().items()}
-        env[RUN_ENV] = self.run_id
-        env[MODE_ENV] = self.mode
+        env[ENV_RUN] = self.run_id
         return env
+
+    def sdk_opts(self) -> dict[str, Any]:
+        """The same as keyword arguments: ``Sandbox.create(**target.sdk_opts())``."""
+        return dict(self.backend.sdk_opts())
 
     @property
     def api_key(self) -> str:
         """The key the SDK must use with this target (a secret: never print it)."""
-        return self.sdk_env()["E2B_API_KEY"]
+        return str(self.backend.api_key)
 
     def scoped_env(self) -> contextlib.AbstractContextManager[None]:
         """Point the SDK at the target for the duration of a block only."""
@@ -90,14 +82,8 @@ class Target:
         """Kill one sandbox through the real SDK (used for leak cleanup); True when it is gone."""
         from e2b import Sandbox  # lazy: the plugin must not import the SDK at load time
 
-        env = self.sdk_env()
         try:
-            Sandbox.kill(
-                sandbox_id,
-                api_key=env["E2B_API_KEY"],
-                api_url=env["E2B_API_URL"],
-                request_timeout=10,
-            )
+            Sandbox.kill(sandbox_id, api_key=self.api_key, api_url=self.endpoint, request_timeout=10)
         except Exception:
             return False
         return sandbox_id not in self.alive_ids()
@@ -133,14 +119,9 @@ def stale_run_lines(run_id: str) -> list[str]:
     with the command that removes them, is the cheapest place to catch it. Never raises: a failed
     check is itself one line, and the run goes on.
     """
-    from pytest_e2b_env.proxy import DEFAULT_DOMAIN, LIVE_API_URL_ENV
     from pytest_e2b_env.reap import describe_stale_runs, find_stale_runs
 
-    domain = os.environ.get("E2B_DOMAIN") or DEFAULT_DOMAIN
-    opts = {
-        "api_key": os.environ.get("E2B_API_KEY", ""),
-        "api_url": os.environ.get(LIVE_API_URL_ENV) or f"https://api.{domain}",
-    }
+    opts = {"api_key": env_api_key(), "api_url": live_upstream()[0]}
     try:
         runs = find_stale_runs(opts, exclude_run_id=run_id)
     except Exception as exc:
@@ -152,7 +133,7 @@ def stale_run_lines(run_id: str) -> list[str]:
 def open_target(live: bool, run_id: str) -> Target:
     """Start the emulator (offline) or the fault proxy in front of real E2B (live)."""
     if live:
-        if not os.environ.get("E2B_API_KEY"):
+        if not env_api_key():
             raise ConfigError("--e2b-live needs E2B_API_KEY in the environment; export it or drop --e2b-live")
         try:
             from pytest_e2b_env.proxy import FaultProxy

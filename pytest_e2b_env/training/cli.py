@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_e2b_env.environ import scoped_environ
+from pytest_e2b_env.target.settings import TargetSettings, env_api_key
 from pytest_e2b_env.training.record import RunRecord
 from pytest_e2b_env.training.settings import PROG, MissingKeyError, TrainSettings, parse_settings
 from pytest_e2b_env.training.subjects import Target
@@ -170,7 +171,7 @@ def run(settings: TrainSettings) -> int:
     record.model = {"source": settings.model_label}
     clock = StageClock()
     emulator = subject = target = None
-    secrets = [v for v in (os.environ.get("E2B_API_KEY"),) if v]
+    secrets = [v for v in (env_api_key(),) if v]
     say(
         f"{PROG} --mode {settings.mode}: run {run_id}, model {settings.model_label}, "
         f"output {settings.output_dir}"
@@ -183,17 +184,17 @@ def run(settings: TrainSettings) -> int:
             emulator = Emulator().start()
             secrets.append(emulator.api_key)
             target = Target(True, run_id, dict(emulator.sdk_opts()), emulator.isolation)
-            sdk_env: dict[str, str | None] = dict(emulator.sdk_env())
-            sdk_env["PYTEST_E2B_ENV_OPENENV_URL"] = None  # offline: our own server, pointed at our emulator
+            # offline: our own OpenEnv server, pointed at our emulator
+            sdk_env = TargetSettings(
+                run_id=run_id, api_key=emulator.api_key, api_url=emulator.url, sandbox_url=emulator.url
+            ).to_env(own_openenv=True)
         else:
-            api_opts = {"api_key": os.environ["E2B_API_KEY"]}
-            for key, name in (("api_url", "E2B_API_URL"), ("sandbox_url", "E2B_SANDBOX_URL")):
-                if os.environ.get(name):
-                    api_opts[key] = os.environ[name]
+            base = TargetSettings.from_env(run_id=run_id)
+            api_opts = {k: v for k, v in base.sdk_opts().items() if k != "request_timeout"}
             target = Target(False, run_id, api_opts)
-            sdk_env = {}
+            sdk_env = {name: value for name, value in base.to_env().items() if name not in base.sdk_env()}
         record.target = target.describe()
-        with scoped_environ({**sdk_env, "PYTEST_E2B_ENV_RUN": run_id}):
+        with scoped_environ(sdk_env):
             try:
                 record.phase = "subject"
                 subject = _make_subject(settings, target, clock)

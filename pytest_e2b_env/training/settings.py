@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from pytest_e2b_env.errors import ConfigError
+from pytest_e2b_env.target.settings import DEFAULT_CREATE_INTERVAL, env_api_key
 
 PROG = "train.py"
 MODES = ("reward", "episode")
@@ -161,8 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--create-interval",
         type=_float_at_least(0.0, 1.0),
-        default=1.0,
-        help="seconds between sandbox creations (default: 1.0)",
+        default=DEFAULT_CREATE_INTERVAL,
+        help="seconds between sandbox creations (default: %(default)s, E2B Hobby's create rate)",
     )
     parser.add_argument(
         "--offline",
@@ -208,8 +208,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str] | None = None
         # TRL 1.16 builds an Arrow table of the completions; a tool call without arguments
         # (submit) makes it raise ArrowNotImplementedError mid-run.
         parser.error("--log-completions works with --mode reward only (TRL 1.16 cannot log submit() calls)")
-    env = os.environ if environ is None else environ
-    if not ns.offline and not env.get("E2B_API_KEY", "").strip():
+    if not ns.offline and not env_api_key(environ):
         raise MissingKeyError(
             "E2B_API_KEY is not set: export your E2B key, "
             "or pass --offline to train against the local emulator"

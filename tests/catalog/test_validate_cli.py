@@ -22,6 +22,13 @@ def test_validate_builds_a_catalog_only_pytest_run(tmp_path: Path) -> None:
     assert args[args.index("-k") + 1] == "auth"
 
 
+def test_validate_passes_the_run_id_as_an_option(tmp_path: Path) -> None:
+    """--run-id reaches the plugin as its --e2b-run-id option (not through os.environ)."""
+    options = build_parser().parse_args(["--run-id", "ci-77"])
+    args = pytest_args(options, tmp_path)
+    assert args[args.index("--e2b-run-id") + 1] == "ci-77"
+
+
 def test_validate_rejects_unknown_subject_kind() -> None:
     """--subject accepts reward, episode or all."""
     with pytest.raises(SystemExit):
