@@ -15,50 +15,14 @@ import argparse
 import json
 import os
 import sys
-import time
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
 from pytest_e2b_env.target.settings import TargetSettings
+from pytest_e2b_env.target.tags import RUN_KEY, kill_all, list_tagged
 
-RUN_KEY = "pytest_e2b_env_run"
 CONFIRM_SECONDS = 20.0
-REQUEST_TIMEOUT = 30.0
-
-
-def _opts(sdk_opts: Mapping[str, Any]) -> dict[str, Any]:
-    # debug=False: with E2B_DEBUG=true in the environment the SDK turns kill() into a no-op
-    # that returns True, which would make reap report sandboxes killed that still run.
-    # A bounded request_timeout: a session-start check must not hang on an unreachable API.
-    return {"debug": False, "request_timeout": REQUEST_TIMEOUT, **sdk_opts}
-
-
-def list_tagged(sdk_opts: Mapping[str, Any], run_id: str | None = None) -> list[Any]:
-    """Every running or paused sandbox carrying our run-id metadata (``run_id`` narrows it).
-
-    Returns ``e2b.SandboxInfo`` objects. The metadata key is filtered here as well as on the
-    server, since listing all runs needs "has the key", which the API cannot express.
-    """
-    from e2b import Sandbox, SandboxQuery, SandboxState
-
-    opts = _opts(sdk_opts)
-    query = SandboxQuery(
-        metadata={RUN_KEY: run_id} if run_id else None,
-        state=[SandboxState.RUNNING, SandboxState.PAUSED],
-    )
-    paginator = Sandbox.list(query=query, limit=100, **opts)
-    found: list[Any] = []
-    seen: set[str] = set()
-    while paginator.has_next:
-        for info in paginator.next_items():
-            tag = (info.metadata or {}).get(RUN_KEY)
-            if tag is None or (run_id is not None and tag != run_id) or info.sandbox_id in seen:
-                continue
-            seen.add(info.sandbox_id)
-            found.append(info)
-    return found
 
 
 def _age_seconds(started_at: datetime, now: datetime) -> float:
@@ -112,31 +76,6 @@ def describe_stale_runs(runs: Iterable[Mapping[str, Any]], live: bool = False) -
     ]
 
 
-def _kill_and_confirm(
-    sandbox_id: str, opts: dict[str, Any], confirm_seconds: float
-) -> tuple[str, bool, str | None]:
-    """Kill one sandbox and poll until the API says it is gone: (status, killed, error)."""
-    from e2b import Sandbox
-    from e2b.exceptions import SandboxNotFoundException
-
-    try:
-        killed = Sandbox.kill(sandbox_id, **opts)
-    except Exception as exc:  # any SDK or transport failure leaves the sandbox unresolved
-        return "failed", False, f"kill failed: {type(exc).__name__}: {exc}"
-    deadline = time.monotonic() + confirm_seconds
-    while True:
-        try:
-            info = Sandbox.get_info(sandbox_id, **opts)
-        except SandboxNotFoundException:
-            return "confirmed", killed, None
-        except Exception as exc:
-            return "failed", killed, f"could not confirm: {type(exc).__name__}: {exc}"
-        if time.monotonic() >= deadline:
-            state = getattr(info.state, "value", info.state)
-            return "failed", killed, f"still present (state {state}) {confirm_seconds:.0f} s after kill"
-        time.sleep(0.25)
-
-
 def reap(
     run_id: str | None = None,
     older_than: float | None = None,
@@ -154,11 +93,10 @@ def reap(
         raise ValueError("pass run_id or older_than, not both")
     if older_than is not None and older_than < 0:
         raise ValueError(f"older_than={older_than!r} must be >= 0 seconds")
-    opts = _opts(sdk_opts)
     now = datetime.now(UTC)
     matched = [
         info.sandbox_id
-        for info in list_tagged(opts, run_id)
+        for info in list_tagged(sdk_opts, {RUN_KEY: run_id} if run_id else None)
         if older_than is None or _age_seconds(info.started_at, now) >= older_than
     ]
     result: dict[str, Any] = {
@@ -168,16 +106,12 @@ def reap(
         "failed": [],
         "errors": {},
     }
-    if not matched:
-        return result
-    with ThreadPoolExecutor(max_workers=min(8, len(matched)), thread_name_prefix="reap") as pool:
-        outcomes = list(pool.map(lambda sid: (sid, *_kill_and_confirm(sid, opts, confirm_seconds)), matched))
-    for sandbox_id, status, killed, error in sorted(outcomes):
-        if killed:
-            result["killed"].append(sandbox_id)
-        result[status].append(sandbox_id)
-        if error:
-            result["errors"][sandbox_id] = error
+    for kill in kill_all(matched, sdk_opts, attempts=1, confirm_seconds=confirm_seconds):
+        if kill.killed:
+            result["killed"].append(kill.sandbox_id)
+        result["confirmed" if kill.confirmed else "failed"].append(kill.sandbox_id)
+        if kill.error and not kill.confirmed:
+            result["errors"][kill.sandbox_id] = kill.error
     return result
 
 

@@ -12,21 +12,23 @@ import re
 import shlex
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from pytest_e2b_env.errors import CleanupError
 from pytest_e2b_env.target.settings import TargetSettings
+from pytest_e2b_env.target.tags import (
+    EPISODE_KEY,
+    RUN_KEY,
+    kill_and_confirm,
+    list_ids,
+    tags,
+    unresolved,
+)
 
 #: Extra seconds of server-side lifetime beyond the deadline a sandbox is created for.
 LIFETIME_SLACK = 30
 #: Longest lifetime requested (E2B's Hobby tier caps sandboxes at one hour).
 MAX_LIFETIME = 3600
-
-
-def utc_now() -> str:
-    """ISO-8601 UTC timestamp with milliseconds."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def _sdk() -> Any:
@@ -43,7 +45,7 @@ def create_sandbox(
     return e2b.Sandbox.create(
         template=target.template,
         timeout=min(int(lifetime) + LIFETIME_SLACK, MAX_LIFETIME),
-        metadata={"pytest_e2b_env_run": target.run_id, "role": role, "episode": episode},
+        metadata=tags(target, role, episode=episode),
         allow_internet_access=internet,
         **target.sdk_opts(),
     )
@@ -55,42 +57,17 @@ def confirm_gone(target: TargetSettings, ids: list[str], *, attempts: int = 3) -
     Returns one cleanup record per id. Raises :class:`CleanupError` naming every id that could not
     be confirmed gone (the caller keeps owning them).
     """
-    e2b = _sdk()
-    records: list[dict[str, Any]] = []
-    unresolved: list[str] = []
-    for sandbox_id in ids:
-        error = ""
-        for attempt in range(attempts):
-            try:
-                e2b.Sandbox.kill(sandbox_id, **target.sdk_opts())
-                e2b.Sandbox.get_info(sandbox_id, **target.sdk_opts())
-                error = "still running after kill"
-            except e2b.SandboxNotFoundException:
-                records.append({"sandbox_id": sandbox_id, "confirmed_absent_at": utc_now()})
-                break
-            except Exception as exc:  # any SDK/transport failure is retried, then reported
-                error = type(exc).__name__
-            if attempt + 1 < attempts:  # back off before the next try; none after the last one
-                time.sleep(0.1 * (attempt + 1))
-        else:
-            records.append({"sandbox_id": sandbox_id, "error": error})
-            unresolved.append(sandbox_id)
-    if unresolved:
-        raise CleanupError(f"could not confirm {len(unresolved)} sandbox(es) gone", unresolved)
-    return records
+    kills = [kill_and_confirm(sandbox_id, target.sdk_opts(), attempts=attempts) for sandbox_id in ids]
+    stuck = unresolved(kills)
+    if stuck:
+        raise CleanupError(f"could not confirm {len(stuck)} sandbox(es) gone", stuck)
+    return [kill.record() for kill in kills]
 
 
 def sweep(target: TargetSettings, episode: str | None = None) -> list[str]:
     """Ids of live sandboxes tagged with this run (and ``episode`` when given)."""
-    e2b = _sdk()
-    metadata = {"pytest_e2b_env_run": target.run_id}
-    if episode is not None:
-        metadata["episode"] = episode
-    paginator = e2b.Sandbox.list(query=e2b.SandboxQuery(metadata=metadata), **target.sdk_opts())
-    found: list[str] = []
-    while paginator.has_next:
-        found += [info.sandbox_id for info in paginator.next_items()]
-    return found
+    wanted = {RUN_KEY: target.run_id, **({EPISODE_KEY: episode} if episode is not None else {})}
+    return list_ids(target.sdk_opts(), wanted)
 
 
 @dataclass

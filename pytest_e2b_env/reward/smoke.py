@@ -13,6 +13,7 @@ from typing import Any
 
 from pytest_e2b_env.errors import ConfigError
 from pytest_e2b_env.target.settings import env_api_key, env_run_id
+from pytest_e2b_env.target.tags import run_of
 
 # Task "total-tokens" of fixtures/reward/tasks.json (inlined: fixtures are not package data).
 CASES = [
@@ -109,9 +110,7 @@ def reward_smoke(live: bool) -> dict[str, Any]:
             receipt["mode"] = "offline"
             receipt["isolation"] = emu.isolation
             receipt["emulator_leftovers"] = [
-                s["sandbox_id"]
-                for s in emu.sandboxes()
-                if (s.get("metadata") or {}).get("pytest_e2b_env_run") == run_id
+                s["sandbox_id"] for s in emu.sandboxes() if run_of(s.get("metadata")) == run_id
             ]
     receipt["run_id"] = run_id
     matches = all(abs(receipt["scores"][n] - v) < 1e-9 for n, v in EXPECTED.items())

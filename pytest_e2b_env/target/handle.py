@@ -14,6 +14,7 @@ from typing import Any
 from pytest_e2b_env.environ import scoped_environ
 from pytest_e2b_env.errors import ConfigError, InfrastructureError
 from pytest_e2b_env.target.settings import ENV_RUN, env_api_key, live_upstream
+from pytest_e2b_env.target.tags import created_ids, kill_all, kill_and_confirm, unresolved
 
 
 class Target:
@@ -79,31 +80,30 @@ class Target:
         return list(self.backend.ledger(since=since))
 
     def kill(self, sandbox_id: str) -> bool:
-        """Kill one sandbox through the real SDK (used for leak cleanup); True when it is gone."""
-        from e2b import Sandbox  # lazy: the plugin must not import the SDK at load time
+        """Kill one sandbox through the real SDK and confirm it gone (used for leak cleanup)."""
+        return kill_and_confirm(sandbox_id, self._kill_opts()).confirmed
 
-        try:
-            Sandbox.kill(sandbox_id, api_key=self.api_key, api_url=self.endpoint, request_timeout=10)
-        except Exception:
-            return False
-        return sandbox_id not in self.alive_ids()
+    def kill_all(self, ids: list[str]) -> list[str]:
+        """Kill and confirm gone each of ``ids``; the ids that would not die."""
+        return unresolved(kill_all(ids, self._kill_opts()))
+
+    def _kill_opts(self) -> dict[str, Any]:
+        return {**self.sdk_opts(), "request_timeout": 10}
+
+    def created_ids(self, since: int = 0) -> list[str]:
+        """Sandboxes this target's ledger recorded as created since ``since``, oldest first."""
+        return created_ids(self.ledger(since=since))
 
     def sweep(self) -> list[str]:
-        """Kill every live sandbox of this run created through this target; the ids that would not die.
+        """Kill every sandbox created through this target that is still alive; the ids that would not die.
 
-        Under xdist every worker shares the run id but has a target of its own, and live they share
-        one E2B account: sweeping only what this target's ledger saw created keeps one worker from
+        Exactly what this target's ledger saw created, whatever their metadata (code under test may
+        tag badly, or not at all): under xdist every worker shares the run id but has a target of
+        its own, and live they share one E2B account, so sweeping by ledger keeps one worker from
         killing another worker's sandboxes in the middle of a case.
         """
-        mine = {e["sandbox_id"] for e in self.ledger() if e.get("op") == "create" and e.get("sandbox_id")}
-        stuck = []
-        for box in self.sandboxes():
-            meta = box.get("metadata") or {}
-            sandbox_id = str(box["sandbox_id"])
-            ours = meta.get("pytest_e2b_env_run") == self.run_id and sandbox_id in mine
-            if ours and not self.kill(sandbox_id):
-                stuck.append(sandbox_id)
-        return stuck
+        alive = self.alive_ids()
+        return self.kill_all([sid for sid in self.created_ids() if sid in alive])
 
     def close(self) -> None:
         """Stop the emulator or proxy (the emulator kills its sandboxes on exit)."""

@@ -17,10 +17,9 @@ from typing import Any
 
 from pytest_e2b_env.data import fixtures_dir
 from pytest_e2b_env.errors import CleanupError, ConfigError, InfrastructureError
+from pytest_e2b_env.target.tags import RUN_KEY, kill_all, list_ids, unresolved
 from pytest_e2b_env.training.timing import StageClock, timed, timed_env_class, tool_methods
 from pytest_e2b_env.training.tiny import Example
-
-RUN_KEY = "pytest_e2b_env_run"
 
 
 @dataclass(frozen=True)
@@ -44,16 +43,7 @@ class Target:
 
 def live_sandboxes(target: Target) -> list[str]:
     """Ids of sandboxes still alive that carry this run's id in their metadata."""
-    import e2b
-
-    opts: dict[str, Any] = dict(target.api_opts)
-    paginator = e2b.Sandbox.list(
-        query=e2b.SandboxQuery(metadata={RUN_KEY: target.run_id}), request_timeout=15, **opts
-    )
-    found: list[str] = []
-    while paginator.has_next:
-        found += [info.sandbox_id for info in paginator.next_items()]
-    return found
+    return list_ids({"request_timeout": 15, **target.api_opts}, {RUN_KEY: target.run_id})
 
 
 def check_no_leaks(target: Target, attempts: int = 3, pause: float = 1.0) -> dict[str, Any]:
@@ -62,8 +52,6 @@ def check_no_leaks(target: Target, attempts: int = 3, pause: float = 1.0) -> dic
     Live E2B may list a just-killed sandbox for a moment, so a non-empty listing is re-read
     (``attempts`` times, ``pause`` seconds apart) before anything counts as a leak.
     """
-    import e2b
-
     alive = live_sandboxes(target)
     for _ in range(attempts - 1):
         if not alive:
@@ -72,16 +60,10 @@ def check_no_leaks(target: Target, attempts: int = 3, pause: float = 1.0) -> dic
         alive = live_sandboxes(target)
     if not alive:
         return {"leaked": []}
-    unresolved = []
-    opts: dict[str, Any] = dict(target.api_opts)
-    for sandbox_id in alive:
-        try:
-            e2b.Sandbox.kill(sandbox_id, request_timeout=15, **opts)
-        except Exception:
-            unresolved.append(sandbox_id)
+    stuck = unresolved(kill_all(alive, {"request_timeout": 15, **target.api_opts}))
     raise CleanupError(
         f"{len(alive)} sandbox(es) of run {target.run_id} were still alive after the subject closed "
-        f"({len(unresolved)} could not be killed); the subject leaks sandboxes",
+        f"({len(stuck)} could not be killed); the subject leaks sandboxes",
         alive,
     )
 
