@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from pytest_e2b_env.errors import EmulatorError
+from pytest_e2b_env.errors import EmulatorError, FaultRuleError
 from pytest_e2b_env.target.settings import emulator_child_env, parse_sdk_env, sdk_env
 
 _CONTROL_HEADER = "X-Emulator-Key"
@@ -46,10 +46,10 @@ class Faults:
     ) -> str:
         """Add a rule; return its id. ``answer`` e.g. ``{"status": 429, "retry_after": 1}``."""
         if answer is None:
-            raise EmulatorError('faults.add needs an answer, e.g. answer={"status": 503}')
+            raise FaultRuleError('faults.add needs an answer, e.g. answer={"status": 503}')
         rule = {"route": route, "answer": answer, "times": times, "sandbox": sandbox, "contains": contains}
         rule["after"] = after
-        return str(self._emulator._control("POST", "/faults", rule)["id"])
+        return str(self._emulator._control("POST", "/faults", rule, rejected=FaultRuleError)["id"])
 
     def clear(self) -> None:
         """Remove every rule."""
@@ -193,6 +193,10 @@ class Emulator:
         """The server process id (None when attached or stopped)."""
         return self._proc.pid if self._proc is not None else None
 
+    def close(self) -> None:
+        """The same as :meth:`stop` (the ``target.Backend`` name)."""
+        self.stop()
+
     def __enter__(self) -> Emulator:
         return self.start()
 
@@ -228,7 +232,9 @@ class Emulator:
         rows: list[dict[str, Any]] = self._control("GET", f"/ledger?since={int(since)}")
         return rows
 
-    def _control(self, method: str, path: str, body: Any = None) -> Any:
+    def _control(
+        self, method: str, path: str, body: Any = None, rejected: type[Exception] | None = None
+    ) -> Any:
         if not self.url:
             raise EmulatorError("the emulator is not running; use `with Emulator() as emu:` or emu.start()")
         data = None if body is None else json.dumps(body).encode()
@@ -243,6 +249,8 @@ class Emulator:
             detail = exc.read().decode(errors="replace")
             with contextlib.suppress(ValueError):
                 detail = json.loads(detail).get("message", detail)
+            if exc.code == 400 and rejected is not None:  # the server validated the body and said why
+                raise rejected(detail) from None
             raise EmulatorError(f"emulator control {method} {path} answered {exc.code}: {detail}") from None
         except OSError as exc:
             raise EmulatorError(

@@ -20,11 +20,12 @@ from typing import Any
 from pytest_e2b_env.emulator.faults import FaultMiddleware, FaultPlan, FaultRule
 from pytest_e2b_env.emulator.ledger import Ledger
 from pytest_e2b_env.emulator.routes import is_stream, route_of
-from pytest_e2b_env.errors import ConfigError, InfrastructureError
+from pytest_e2b_env.errors import ConfigError, FaultRuleError, InfrastructureError
 from pytest_e2b_env.proxy.forward import Forwarder
 from pytest_e2b_env.proxy.recording import RecordingMiddleware
 from pytest_e2b_env.proxy.routing import domain_of_api_url
 from pytest_e2b_env.proxy.serve import ThreadedServer
+from pytest_e2b_env.target.backend import fault_rule_message
 from pytest_e2b_env.target.settings import DEFAULT_DOMAIN, env_api_key, live_upstream, sdk_env
 
 __all__ = ["DEFAULT_DOMAIN", "FaultProxy", "ProxyFaults"]
@@ -45,7 +46,7 @@ class ProxyFaults:
         contains: str | None = None,
         after: int = 0,
     ) -> str:
-        """Add a rule (validated; a bad one raises ConfigError naming the field) and return its id."""
+        """Add a rule (validated; a bad one raises FaultRuleError naming the field) and return its id."""
         try:
             rule = FaultRule.model_validate(
                 {
@@ -58,7 +59,7 @@ class ProxyFaults:
                 }
             )
         except ValueError as exc:
-            raise ConfigError(f"bad fault rule for route {route!r}: {exc}") from None
+            raise FaultRuleError(f"{fault_rule_message(exc)} (route {route!r})") from None
         return self.plan.add(rule)
 
     def clear(self) -> None:
@@ -193,6 +194,11 @@ class FaultProxy:
         self.close()
 
     # -- the target contract shared with the emulator ---------------------------------------
+
+    @property
+    def isolation(self) -> str:
+        """What isolates the sandboxes: the upstream E2B's own (VMs), never the proxy."""
+        return "e2b"
 
     @property
     def url(self) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 from pytest_e2b_env.environ import scoped_environ
 from pytest_e2b_env.errors import ConfigError, InfrastructureError
+from pytest_e2b_env.target.backend import Backend
 from pytest_e2b_env.target.settings import ENV_RUN, env_api_key, live_upstream
 from pytest_e2b_env.target.tags import created_ids, kill_all, kill_and_confirm, unresolved
 
@@ -20,10 +21,10 @@ from pytest_e2b_env.target.tags import created_ids, kill_all, kill_and_confirm, 
 class Target:
     """An opened emulator or fault proxy plus the run id stamped on everything.
 
-    ``backend`` is any object with the Emulator surface; :func:`open_target` makes one.
+    ``backend`` is a :class:`~pytest_e2b_env.target.backend.Backend`; :func:`open_target` makes one.
     """
 
-    def __init__(self, backend: Any, mode: str, run_id: str, closer: Any = None) -> None:
+    def __init__(self, backend: Backend, mode: str, run_id: str, closer: Any = None) -> None:
         self.backend = backend
         self.mode = mode
         self.run_id = run_id
@@ -32,12 +33,12 @@ class Target:
     @property
     def isolation(self) -> str:
         """The emulator's isolation level, or ``"e2b"`` live."""
-        return str(getattr(self.backend, "isolation", "e2b"))
+        return str(self.backend.isolation)
 
     @property
     def endpoint(self) -> str:
         """The URL the SDK talks to (never a key)."""
-        return str(getattr(self.backend, "url", ""))
+        return str(self.backend.url)
 
     @property
     def faults(self) -> Any:
