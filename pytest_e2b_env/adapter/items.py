@@ -20,7 +20,7 @@ from pytest_e2b_env.catalog.loader import CaseLoadError, load_cases
 from pytest_e2b_env.catalog.model import Case
 from pytest_e2b_env.errors import InfrastructureError
 from pytest_e2b_env.target import Target, open_target
-from pytest_e2b_env.target.settings import openenv_url
+from pytest_e2b_env.target.settings import TargetSettings, openenv_url
 
 COLLECTOR_NAME = "e2b-catalog"
 REFERENCE_EPISODE = "pytest_e2b_env.episode:ReportEpisode"
@@ -48,7 +48,8 @@ class Runtime:
             raise InfrastructureError(self._failure)
         if self._target is None:
             try:
-                self._target = open_target(self.settings.live, self.settings.run_id)
+                wanted = TargetSettings.from_env(live=self.settings.live, run_id=self.settings.run_id)
+                self._target = open_target(wanted)
             except Exception as exc:  # remembered: every later case fails fast with the same message
                 self._failure = f"the {self.settings.mode} target did not start: {type(exc).__name__}: {exc}"
                 raise InfrastructureError(self._failure) from None

@@ -1,6 +1,6 @@
 """The episode smoke: two real episodes through the OpenEnv server, as a JSON-ready receipt.
 
-Offline it starts the emulator; live it uses real E2B through ``E2B_API_KEY``. Either way it
+Offline it opens the emulator, live the fault proxy before real E2B (``open_target``). Either way it
 serves the repair environment on loopback and drives it with the real ``ReportEpisode``:
 episode 1 submits the buggy starter (0.0), episode 2 inspects, repairs, reruns and submits (1.0).
 """
@@ -18,6 +18,7 @@ from pytest_e2b_env.episode.sandboxes import sweep
 from pytest_e2b_env.episode.server import LoopbackServer, create_app
 from pytest_e2b_env.episode.task import load_repair, task_row
 from pytest_e2b_env.errors import ConfigError
+from pytest_e2b_env.target import open_target
 from pytest_e2b_env.target.settings import TargetSettings, env_run_id
 
 TASK = "weekly-sales"
@@ -25,21 +26,11 @@ TASK = "weekly-sales"
 
 @contextlib.contextmanager
 def _target(live: bool, run_id: str) -> Iterator[tuple[TargetSettings, str]]:
-    base = TargetSettings.from_env(live=live, run_id=run_id)
-    if live:
-        if not base.api_key:
-            raise ConfigError(
-                "smoke episode --live needs E2B_API_KEY in the environment; export it and rerun"
-            )
-        yield base, "live"
-        return
-    from pytest_e2b_env.emulator import Emulator
-
-    with Emulator() as emu:
-        yield (
-            base.replace(api_key=emu.api_key, api_url=emu.url, sandbox_url=emu.url),
-            f"offline ({emu.isolation})",
-        )
+    wanted = TargetSettings.from_env(live=live, run_id=run_id)
+    if live and not wanted.api_key:
+        raise ConfigError("smoke episode --live needs E2B_API_KEY in the environment; export it and rerun")
+    with open_target(wanted) as target:
+        yield target.settings, "live" if live else f"offline ({target.isolation})"
 
 
 def _summary(receipt: dict[str, Any]) -> dict[str, Any]:

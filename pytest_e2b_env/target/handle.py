@@ -14,7 +14,7 @@ from typing import Any
 from pytest_e2b_env.environ import scoped_environ
 from pytest_e2b_env.errors import ConfigError, InfrastructureError
 from pytest_e2b_env.target.backend import Backend
-from pytest_e2b_env.target.settings import ENV_RUN, env_api_key, live_upstream
+from pytest_e2b_env.target.settings import TargetSettings
 from pytest_e2b_env.target.tags import created_ids, kill_all, kill_and_confirm, unresolved
 
 
@@ -24,11 +24,35 @@ class Target:
     ``backend`` is a :class:`~pytest_e2b_env.target.backend.Backend`; :func:`open_target` makes one.
     """
 
-    def __init__(self, backend: Backend, mode: str, run_id: str, closer: Any = None) -> None:
+    def __init__(self, backend: Backend, settings: TargetSettings, closer: Any = None) -> None:
         self.backend = backend
-        self.mode = mode
-        self.run_id = run_id
+        #: What was asked for (live: the upstream E2B); :attr:`settings` points at the backend.
+        self.requested = settings
+        self.settings = settings.replace(
+            api_key=backend.api_key, api_url=backend.url, sandbox_url=backend.url
+        )
         self._closer = closer
+
+    @property
+    def mode(self) -> str:
+        """``offline`` (the local emulator) or ``live`` (real E2B behind the fault proxy)."""
+        return self.settings.mode
+
+    @property
+    def run_id(self) -> str:
+        """The run id every sandbox of this target is tagged with."""
+        return self.settings.run_id
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready description for manifests and ``metrics.json``; never the key."""
+        upstream = self.requested.api_url if self.requested.live else self.endpoint
+        return {
+            "mode": self.mode,
+            "offline": not self.requested.live,
+            "run_id": self.run_id,
+            "api_url": upstream or self.requested.describe()["api_url"],
+            "isolation": self.isolation,
+        }
 
     @property
     def isolation(self) -> str:
@@ -47,9 +71,7 @@ class Target:
 
     def sdk_env(self) -> dict[str, str]:
         """The SDK variables that point the real SDK at this target, plus the run id."""
-        env = {key: str(value) for key, value in self.backend.sdk_env().items()}
-        env[ENV_RUN] = self.run_id
-        return env
+        return {key: value for key, value in self.settings.to_env().items() if value is not None}
 
     def sdk_opts(self) -> dict[str, Any]:
         """The same as keyword arguments: ``Sandbox.create(**target.sdk_opts())``."""
@@ -112,6 +134,12 @@ class Target:
             closer, self._closer = self._closer, None
             closer()
 
+    def __enter__(self) -> Target:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
 
 def stale_run_lines(run_id: str) -> list[str]:
     """Header lines naming earlier runs whose tagged sandboxes are still alive on live E2B.
@@ -122,7 +150,7 @@ def stale_run_lines(run_id: str) -> list[str]:
     """
     from pytest_e2b_env.reap import describe_stale_runs, find_stale_runs
 
-    opts = {"api_key": env_api_key(), "api_url": live_upstream()[0]}
+    opts = TargetSettings.from_env(live=True, run_id=run_id).sdk_opts()
     try:
         runs = find_stale_runs(opts, exclude_run_id=run_id)
     except Exception as exc:
@@ -131,20 +159,25 @@ def stale_run_lines(run_id: str) -> list[str]:
     return describe_stale_runs(runs, live=True)
 
 
-def open_target(live: bool, run_id: str) -> Target:
-    """Start the emulator (offline) or the fault proxy in front of real E2B (live)."""
-    if live:
-        if not env_api_key():
+def open_target(settings: TargetSettings) -> Target:
+    """The only way to open a target: the emulator (``mode="offline"``) or the fault proxy before
+    real E2B at ``settings.api_url`` (``mode="live"``, e.g. ``TargetSettings.from_env(live=True)``).
+
+    The returned :class:`Target` is a context manager; leaving it (or ``close()``) stops what it
+    started.
+    """
+    if settings.live:
+        if not settings.api_key:
             raise ConfigError("--e2b-live needs E2B_API_KEY in the environment; export it or drop --e2b-live")
         try:
             from pytest_e2b_env.proxy import FaultProxy
         except ImportError as exc:
             raise InfrastructureError(f"the live fault proxy is unavailable: {type(exc).__name__}") from None
-        proxy = FaultProxy()
+        proxy = FaultProxy(settings.api_url, settings.sandbox_url, api_key=settings.api_key)
         proxy.__enter__()
-        return Target(proxy, "live", run_id, closer=lambda: proxy.__exit__(None, None, None))
+        return Target(proxy, settings, closer=proxy.close)
     from pytest_e2b_env.emulator import Emulator
 
     emulator = Emulator()
     emulator.__enter__()
-    return Target(emulator, "offline", run_id, closer=lambda: emulator.__exit__(None, None, None))
+    return Target(emulator, settings, closer=emulator.close)

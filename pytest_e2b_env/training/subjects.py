@@ -11,39 +11,22 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_e2b_env.data import fixtures_dir
 from pytest_e2b_env.errors import CleanupError, ConfigError, InfrastructureError
-from pytest_e2b_env.target.tags import RUN_KEY, kill_all, list_ids, unresolved
+from pytest_e2b_env.target.tags import RUN_KEY, list_ids
 from pytest_e2b_env.training.timing import StageClock, timed, timed_env_class, tool_methods
 from pytest_e2b_env.training.tiny import Example
 
-
-@dataclass(frozen=True)
-class Target:
-    """Where sandboxes come from. ``api_opts`` holds the key: never print or record it."""
-
-    offline: bool
-    run_id: str
-    api_opts: dict[str, str] = field(repr=False)
-    isolation: str | None = None
-
-    def describe(self) -> dict[str, Any]:
-        """The target for ``metrics.json``: endpoint and isolation, never the key."""
-        return {
-            "offline": self.offline,
-            "run_id": self.run_id,
-            "api_url": self.api_opts.get("api_url") or "https://api.e2b.app (SDK default)",
-            "isolation": self.isolation,
-        }
+if TYPE_CHECKING:
+    from pytest_e2b_env.target import Target
 
 
 def live_sandboxes(target: Target) -> list[str]:
     """Ids of sandboxes still alive that carry this run's id in their metadata."""
-    return list_ids({"request_timeout": 15, **target.api_opts}, {RUN_KEY: target.run_id})
+    return list_ids(target.sdk_opts(), {RUN_KEY: target.run_id})
 
 
 def check_no_leaks(target: Target, attempts: int = 3, pause: float = 1.0) -> dict[str, Any]:
@@ -60,7 +43,7 @@ def check_no_leaks(target: Target, attempts: int = 3, pause: float = 1.0) -> dic
         alive = live_sandboxes(target)
     if not alive:
         return {"leaked": []}
-    stuck = unresolved(kill_all(alive, {"request_timeout": 15, **target.api_opts}))
+    stuck = target.kill_all(alive)
     raise CleanupError(
         f"{len(alive)} sandbox(es) of run {target.run_id} were still alive after the subject closed "
         f"({len(stuck)} could not be killed); the subject leaks sandboxes",
@@ -80,7 +63,7 @@ class RewardSubject:
         self.pool = RewardPool(
             workers=settings.sandbox_workers,
             create_interval=settings.create_interval,
-            api_opts=dict(target.api_opts),
+            api_opts=target.sdk_opts(),
             run_id=target.run_id,
         )
         self._tasks = load_reward_tasks()

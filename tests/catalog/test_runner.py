@@ -9,7 +9,7 @@ import pytest
 
 from pytest_e2b_env.catalog.loader import parse_cases_from_dicts
 from pytest_e2b_env.catalog.runner import run_case
-from pytest_e2b_env.target import Target, new_run_id, open_target
+from pytest_e2b_env.target import Target, TargetSettings, new_run_id, open_target
 
 TASK = {
     "id": "tiny",
@@ -24,7 +24,7 @@ TASK = {
 @pytest.fixture(scope="module")
 def target() -> Iterator[Target]:
     """One emulator for the module."""
-    opened = open_target(False, new_run_id())
+    opened = open_target(TargetSettings(run_id=new_run_id()))
     try:
         yield opened
     finally:
