@@ -65,7 +65,7 @@ def run_subject(path: Path, *, families: list[str] | None = None, timeout: float
     spec = f"{path.stem}:{'factory' if kind == 'reward' else 'Subject'}"
     catch = Catch(spec, kind, str(meta.get("BUG", "")), str(meta.get("CAUGHT_BY", "")))
     with tempfile.TemporaryDirectory(prefix="pe2b-catch-") as out:
-        cmd = [sys.executable, "-m", "pytest_e2b_env.catalog.validate", "--subject", kind, "-q"]
+        cmd = [sys.executable, "-m", "pytest_e2b_env.cli", "validate", "--subject", kind, "-q"]
         cmd += ["--output", out, f"--{kind}-subject", spec]
         if families:
             cmd += ["-k", " or ".join(families)]

@@ -1,6 +1,6 @@
 """``Emulator``: start (or attach to) a local emulator and drive its control endpoint.
 
-The server always runs in a child process (the ``pytest-e2b-env emulator`` entry), so the
+The server always runs in a child process (``python -m pytest_e2b_env.cli emulator``), so the
 CLI, the plugin, xdist workers and tests share one code path, and the child dies with its
 parent (PR_SET_PDEATHSIG) taking every sandbox with it.
 """
@@ -104,7 +104,8 @@ class Emulator:
         cmd = [
             sys.executable,
             "-m",
-            "pytest_e2b_env.emulator.cli",
+            "pytest_e2b_env.cli",  # the console script's own entry: one code path for users and us
+            "emulator",
             "--host",
             self.host,
             "--port",

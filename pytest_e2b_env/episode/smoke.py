@@ -89,12 +89,3 @@ def episode_smoke(live: bool) -> dict[str, Any]:
         "episodes": episodes,
         "seconds": round(time.monotonic() - started, 3),
     }
-
-
-if __name__ == "__main__":
-    import json
-    import sys
-
-    receipt = episode_smoke(live="--live" in sys.argv[1:])
-    print(json.dumps(receipt, indent=2))
-    raise SystemExit(0 if receipt["ok"] else 1)

@@ -113,10 +113,3 @@ def reward_smoke(live: bool) -> dict[str, Any]:
     matches = all(abs(receipt["scores"][n] - v) < 1e-9 for n, v in EXPECTED.items())
     receipt["ok"] = matches and not receipt["leftover_sandboxes"] and not receipt["target_leftovers"]
     return receipt
-
-
-def main(argv: list[str]) -> int:
-    """``smoke reward [--live]``: print the receipt as JSON; exit 1 unless ``ok``."""
-    receipt = reward_smoke(live="--live" in argv)
-    print(json.dumps(receipt, indent=2, sort_keys=True))
-    return 0 if receipt["ok"] else 1

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_e2b_env.catalog.validate import build_parser, pytest_args
+from pytest_e2b_env.cli.validate import build_parser, pytest_args
 
 
 def test_validate_builds_a_catalog_only_pytest_run(tmp_path: Path) -> None:
@@ -38,7 +38,7 @@ def test_validate_rejects_unknown_subject_kind() -> None:
 @pytest.mark.slow
 def test_validate_reward_auth_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """validate --subject reward -k auth passes the auth case and writes one complete bundle."""
-    from pytest_e2b_env.catalog.validate import main
+    from pytest_e2b_env.cli.validate import main
 
     monkeypatch.chdir(tmp_path)
     assert main(["--subject", "reward", "-k", "auth", "--output", "ev", "-q"]) == 0

@@ -81,7 +81,7 @@ def test_close_from_another_thread_runs_on_the_pool_loop(emulator: Emulator, run
 
 async def test_subject_builds_the_pool_train_py_builds(monkeypatch: pytest.MonkeyPatch) -> None:
     """The bundled subject's pool has train.py's workers and pacing, whatever the environment says."""
-    from pytest_e2b_env.training.settings import parse_settings
+    from pytest_e2b_env.cli.train import parse_settings
 
     monkeypatch.setenv("PYTEST_E2B_ENV_MODE", "offline")  # the removed switch must change nothing
     train = parse_settings(["--tiny", "--offline"], environ={})

@@ -7,16 +7,10 @@ The first stdout lines are shell-sourceable (``E2B_API_URL=...``, ``E2B_SANDBOX_
 from __future__ import annotations
 
 import argparse
-import ctypes
-import os
-import signal
 import sys
 from typing import NoReturn
 
 from pytest_e2b_env.errors import EmulatorError
-from pytest_e2b_env.target.settings import emulator_key, emulator_owner
-
-PR_SET_PDEATHSIG = 1
 
 
 def _port(value: str) -> int:
@@ -59,15 +53,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _die_with_parent() -> None:
-    """Ask the kernel for SIGTERM when our parent dies, and handle the race where it already has."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    owner = emulator_owner()  # pid of the process that started us (set by Emulator)
-    if os.getppid() == 1 or (owner and os.getppid() != owner):  # the owner died before prctl
-        os.kill(os.getpid(), signal.SIGTERM)
-
-
 def main(argv: list[str]) -> int:
     """Parse ``argv``, bind, announce, serve; 0 after a signal, 2 on misuse."""
     parser = _parser()
@@ -75,24 +60,16 @@ def main(argv: list[str]) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse already printed the one-line reason
         return int(exc.code or 0)
-    from pytest_e2b_env.emulator.listen import bind, new_api_key
+    from pytest_e2b_env.emulator.listen import serve_forever
 
     try:
-        sock = bind(args.host, args.port)
+        serve_forever(
+            args.host,
+            args.port,
+            isolation=None if args.isolation == "auto" else args.isolation,
+            die_with_parent=args.die_with_parent,
+        )
     except EmulatorError as exc:
         print(f"pytest-e2b-env emulator: {exc}", file=sys.stderr)
         return 2
-    if args.die_with_parent:
-        _die_with_parent()
-    from pytest_e2b_env.emulator import envd_stubs
-
-    envd_stubs.load()  # before the server imports them: skips ~2 s of SDK import
-    from pytest_e2b_env.emulator.server import load_backend, serve
-
-    backend = load_backend(None if args.isolation == "auto" else args.isolation)
-    serve(sock, backend, emulator_key() or new_api_key())
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

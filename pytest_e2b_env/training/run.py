@@ -1,19 +1,19 @@
-"""``train.py`` / ``pytest-e2b-env train``: GRPO on the validated reward pool or episode.
+"""One training run, end to end: GRPO on the validated reward pool or episode.
 
-Order of events: parse (bad flags and a missing ``E2B_API_KEY`` fail here, before anything
-heavy loads), open the target (``open_target``: the local emulator with ``--offline``, else the
-fault proxy before real E2B), build the subject,
-preflight it, build and warm up the tiny model (``--tiny``), baseline -> train -> held-out
-evaluation, then in ``finally``: close the subject, prove no sandbox of the run is alive,
-stop the target, write ``metrics.json`` and the evidence bundle. Any failure, cleanup
-included, is recorded and makes the exit code non-zero.
+``train.py`` / ``pytest-e2b-env train`` (:mod:`pytest_e2b_env.cli.train`) parse the flags, then
+call :func:`run`. Order of events: parse (bad flags and a missing ``E2B_API_KEY`` fail there,
+before anything heavy loads), open the target (``open_target``: the local emulator with
+``--offline``, else the fault proxy before real E2B), build the subject, preflight it, build and
+warm up the tiny model (``--tiny``), baseline -> train -> held-out evaluation, then in
+``finally``: close the subject, prove no sandbox of the run is alive, stop the target, write
+``metrics.json`` and the evidence bundle. Any failure, cleanup included, is recorded and makes
+the exit code non-zero.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -24,7 +24,7 @@ from pytest_e2b_env.environ import scoped_environ
 from pytest_e2b_env.target import Target, open_target
 from pytest_e2b_env.target.settings import TargetSettings, env_api_key
 from pytest_e2b_env.training.record import RunRecord
-from pytest_e2b_env.training.settings import PROG, MissingKeyError, TrainSettings, parse_settings
+from pytest_e2b_env.training.settings import PROG, TrainSettings
 from pytest_e2b_env.training.timing import StageClock
 
 #: Set before transformers is imported, so nothing ever waits on the hub (user values win).
@@ -222,30 +222,3 @@ def run(settings: TrainSettings) -> int:
         ledger, sandboxes = _stop_target(record, target, say) if target is not None else (None, None)
         _write_outputs(settings, record, say, ledger, sandboxes, secrets)
     return 0 if record.status == "ok" else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``train.py`` and ``pytest-e2b-env train``; returns the exit code."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    try:
-        settings = parse_settings(args)
-    except MissingKeyError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
-    except SystemExit as exc:  # argparse already printed usage and the error naming the value
-        return exc.code if isinstance(exc.code, int) else 2
-    if not settings.cpu and not _cuda_available():
-        # Before the emulator, the preflight and the model: a GPU run on a CPU box fails at once.
-        print(f"{PROG}: error: no CUDA GPU is visible; pass --cpu for a (slow) CPU run", file=sys.stderr)
-        return 2
-    return run(settings)
-
-
-def _cuda_available() -> bool:
-    import torch
-
-    return bool(torch.cuda.is_available())
-
-
-if __name__ == "__main__":
-    sys.exit(main())

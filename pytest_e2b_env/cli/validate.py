@@ -90,9 +90,3 @@ def main(argv: list[str]) -> int:
         empty = Path(tmp)
         (empty / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
         return int(pytest.main(pytest_args(options, empty)))
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(main(sys.argv[1:]))
