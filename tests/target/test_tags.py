@@ -19,12 +19,9 @@ from pytest_e2b_env.target.tags import (
 
 @pytest.fixture(scope="module")
 def target() -> Iterator[Target]:
-    """One emulator for the module."""
-    opened = open_target(TargetSettings(run_id=new_run_id()))
-    try:
+    """One emulator for the module, stopped when the module is done."""
+    with open_target(TargetSettings(run_id=new_run_id())) as opened:
         yield opened
-    finally:
-        opened.close()
 
 
 def test_tags_carry_run_role_and_extras() -> None:
