@@ -1,9 +1,9 @@
 """The target a run talks to: the local emulator (offline) or the fault proxy before real E2B (live).
 
-Both expose the same surface (``sdk_env``, ``faults``, ``sandboxes``, ``ledger_mark``,
-``ledger``), so drivers, verdicts and fixtures never ask which one they got. The SDK settings
-reach code under test only through :meth:`Target.scoped_env`, which restores the process
-environment afterwards so nothing leaks into the user's session.
+Both are a :class:`~pytest_e2b_env.target.backend.Backend` (``sdk_env``, ``faults``, ``sandboxes``,
+``ledger_mark``, ``ledger``...), so drivers, verdicts and fixtures never ask which one they got.
+The SDK settings reach code under test only through :meth:`Target.scoped_env`, which restores
+the process environment afterwards so nothing leaks into the user's session.
 """
 
 from __future__ import annotations
