@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from pytest_e2b_env.training.cli import main
+from pytest_e2b_env.cli.train import main
 
 if __name__ == "__main__":
     sys.exit(main())

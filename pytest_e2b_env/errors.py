@@ -17,6 +17,10 @@ class ConfigError(E2BEnvError, ValueError):
     """A user-supplied value is malformed; the message names the value and the fix."""
 
 
+class FaultRuleError(ConfigError):
+    """A fault rule given to ``target.faults.add`` is malformed (same type for the emulator and the proxy)."""
+
+
 class InfrastructureError(E2BEnvError):
     """The sandbox infrastructure failed; the affected work yields no score at all."""
 

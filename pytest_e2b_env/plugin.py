@@ -54,6 +54,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="e2b_cases",
         help="case file or directory to use instead of the bundled catalog",
     )
+    group.addoption(
+        "--e2b-run-id",
+        metavar="ID",
+        default=None,
+        dest="e2b_run_id",
+        help="run id stamped on every sandbox (metadata pytest_e2b_env_run); default: a fresh one",
+    )
     parser.addini("e2b_live", type="bool", default=False, help="run against real E2B (like --e2b-live)")
     parser.addini("e2b_evidence", default="", help="evidence bundle directory (like --e2b-evidence)")
     parser.addini("e2b_cases", default="", help="case file or directory (like --e2b-cases)")

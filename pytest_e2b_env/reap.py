@@ -6,58 +6,19 @@ sandboxes down, and on real E2B they bill until their lifetime ends. ``reap`` li
 that metadata through the real e2b SDK, kills them, and confirms each one gone.
 
 Library use (the plugin): :func:`find_stale_runs` at session start, :func:`reap` to clean up.
-Command line: ``pytest-e2b-env reap [--run-id ID | --older-than SECONDS] [--live]``.
+Command line: ``pytest-e2b-env reap [--run-id ID | --older-than SECONDS] [--live]``
+(:mod:`pytest_e2b_env.cli.reap`). Listing, killing and confirming are :mod:`pytest_e2b_env.target.tags`.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import sys
-import time
-from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-RUN_KEY = "pytest_e2b_env_run"
-DEFAULT_DOMAIN = "e2b.app"
+from pytest_e2b_env.target.tags import RUN_KEY, kill_all, list_tagged
+
 CONFIRM_SECONDS = 20.0
-REQUEST_TIMEOUT = 30.0
-
-
-def _opts(sdk_opts: Mapping[str, Any]) -> dict[str, Any]:
-    # debug=False: with E2B_DEBUG=true in the environment the SDK turns kill() into a no-op
-    # that returns True, which would make reap report sandboxes killed that still run.
-    # A bounded request_timeout: a session-start check must not hang on an unreachable API.
-    return {"debug": False, "request_timeout": REQUEST_TIMEOUT, **sdk_opts}
-
-
-def list_tagged(sdk_opts: Mapping[str, Any], run_id: str | None = None) -> list[Any]:
-    """Every running or paused sandbox carrying our run-id metadata (``run_id`` narrows it).
-
-    Returns ``e2b.SandboxInfo`` objects. The metadata key is filtered here as well as on the
-    server, since listing all runs needs "has the key", which the API cannot express.
-    """
-    from e2b import Sandbox, SandboxQuery, SandboxState
-
-    opts = _opts(sdk_opts)
-    query = SandboxQuery(
-        metadata={RUN_KEY: run_id} if run_id else None,
-        state=[SandboxState.RUNNING, SandboxState.PAUSED],
-    )
-    paginator = Sandbox.list(query=query, limit=100, **opts)
-    found: list[Any] = []
-    seen: set[str] = set()
-    while paginator.has_next:
-        for info in paginator.next_items():
-            tag = (info.metadata or {}).get(RUN_KEY)
-            if tag is None or (run_id is not None and tag != run_id) or info.sandbox_id in seen:
-                continue
-            seen.add(info.sandbox_id)
-            found.append(info)
-    return found
 
 
 def _age_seconds(started_at: datetime, now: datetime) -> float:
@@ -111,31 +72,6 @@ def describe_stale_runs(runs: Iterable[Mapping[str, Any]], live: bool = False) -
     ]
 
 
-def _kill_and_confirm(
-    sandbox_id: str, opts: dict[str, Any], confirm_seconds: float
-) -> tuple[str, bool, str | None]:
-    """Kill one sandbox and poll until the API says it is gone: (status, killed, error)."""
-    from e2b import Sandbox
-    from e2b.exceptions import SandboxNotFoundException
-
-    try:
-        killed = Sandbox.kill(sandbox_id, **opts)
-    except Exception as exc:  # any SDK or transport failure leaves the sandbox unresolved
-        return "failed", False, f"kill failed: {type(exc).__name__}: {exc}"
-    deadline = time.monotonic() + confirm_seconds
-    while True:
-        try:
-            info = Sandbox.get_info(sandbox_id, **opts)
-        except SandboxNotFoundException:
-            return "confirmed", killed, None
-        except Exception as exc:
-            return "failed", killed, f"could not confirm: {type(exc).__name__}: {exc}"
-        if time.monotonic() >= deadline:
-            state = getattr(info.state, "value", info.state)
-            return "failed", killed, f"still present (state {state}) {confirm_seconds:.0f} s after kill"
-        time.sleep(0.25)
-
-
 def reap(
     run_id: str | None = None,
     older_than: float | None = None,
@@ -153,11 +89,10 @@ def reap(
         raise ValueError("pass run_id or older_than, not both")
     if older_than is not None and older_than < 0:
         raise ValueError(f"older_than={older_than!r} must be >= 0 seconds")
-    opts = _opts(sdk_opts)
     now = datetime.now(UTC)
     matched = [
         info.sandbox_id
-        for info in list_tagged(opts, run_id)
+        for info in list_tagged(sdk_opts, {RUN_KEY: run_id} if run_id else None)
         if older_than is None or _age_seconds(info.started_at, now) >= older_than
     ]
     result: dict[str, Any] = {
@@ -167,95 +102,10 @@ def reap(
         "failed": [],
         "errors": {},
     }
-    if not matched:
-        return result
-    with ThreadPoolExecutor(max_workers=min(8, len(matched)), thread_name_prefix="reap") as pool:
-        outcomes = list(pool.map(lambda sid: (sid, *_kill_and_confirm(sid, opts, confirm_seconds)), matched))
-    for sandbox_id, status, killed, error in sorted(outcomes):
-        if killed:
-            result["killed"].append(sandbox_id)
-        result[status].append(sandbox_id)
-        if error:
-            result["errors"][sandbox_id] = error
+    for kill in kill_all(matched, sdk_opts, attempts=1, confirm_seconds=confirm_seconds):
+        if kill.killed:
+            result["killed"].append(kill.sandbox_id)
+        result["confirmed" if kill.confirmed else "failed"].append(kill.sandbox_id)
+        if kill.error and not kill.confirmed:
+            result["errors"][kill.sandbox_id] = kill.error
     return result
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="pytest-e2b-env reap",
-        description="Kill sandboxes tagged by pytest-e2b-env (metadata pytest_e2b_env_run) and confirm "
-        "them gone. Without --run-id or --older-than, every tagged sandbox is reaped.",
-    )
-    which = parser.add_mutually_exclusive_group()
-    which.add_argument("--run-id", help="only sandboxes of this run id")
-    which.add_argument(
-        "--older-than", type=float, metavar="SECONDS", help="only sandboxes started this long ago"
-    )
-    parser.add_argument(
-        "--live", action="store_true", help="real E2B (needs E2B_API_KEY; E2B_DOMAIN is honoured)"
-    )
-    parser.add_argument("--api-url", help="emulator or API URL (default: $E2B_API_URL); offline mode only")
-    parser.add_argument("--list", action="store_true", help="only list stale runs, kill nothing")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    return parser
-
-
-def _sdk_opts_from(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, Any] | str:
-    """SDK options for the chosen target, or a one-line error message."""
-    key = environ.get("E2B_API_KEY", "")
-    if args.live:
-        if args.api_url:
-            return "--api-url is for an emulator; drop it with --live (set E2B_DOMAIN for another E2B domain)"
-        if not key:
-            return "--live needs E2B_API_KEY in the environment; export your E2B API key and retry"
-        # Explicit URL so that an emulator's E2B_API_URL left in the shell cannot redirect a live reap.
-        domain = environ.get("E2B_DOMAIN") or DEFAULT_DOMAIN
-        return {"api_key": key, "api_url": f"https://api.{domain}"}
-    api_url = args.api_url or environ.get("E2B_API_URL", "")
-    if not api_url:
-        return (
-            "no emulator URL: pass --api-url URL or set E2B_API_URL (both printed by "
-            "'pytest-e2b-env emulator'), or use --live for real E2B"
-        )
-    if not key:
-        return f"E2B_API_KEY is not set; export the key of the emulator at {api_url} and retry"
-    return {"api_key": key, "api_url": api_url}
-
-
-def main(argv: Sequence[str]) -> int:
-    """``pytest-e2b-env reap``: 0 when all matched sandboxes are confirmed gone, 1 if not, 2 on misuse."""
-    args = _parser().parse_args(list(argv))
-    if args.older_than is not None and args.older_than < 0:
-        print(f"pytest-e2b-env reap: --older-than {args.older_than:g} must be >= 0 seconds", file=sys.stderr)
-        return 2
-    opts = _sdk_opts_from(args, os.environ)
-    if isinstance(opts, str):
-        print(f"pytest-e2b-env reap: {opts}", file=sys.stderr)
-        return 2
-    target = "live E2B" if args.live else opts["api_url"]
-    try:
-        if args.list:
-            runs = find_stale_runs(opts)
-            print(
-                json.dumps(runs, indent=2) if args.json else "\n".join(describe_stale_runs(runs, args.live))
-            )
-            return 0
-        result = reap(args.run_id, args.older_than, sdk_opts=opts)
-    except Exception as exc:  # the SDK's own exception names the cause (auth, unreachable...)
-        print(
-            f"pytest-e2b-env reap: listing sandboxes on {target} failed: {type(exc).__name__}: {exc}",
-            file=sys.stderr,
-        )
-        return 1
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        for sandbox_id in result["confirmed"]:
-            print(f"reaped {sandbox_id}")
-        for sandbox_id in result["failed"]:
-            print(f"FAILED {sandbox_id}: {result['errors'][sandbox_id]}")
-        print(
-            f"{len(result['matched'])} matched, {len(result['confirmed'])} confirmed gone, "
-            f"{len(result['failed'])} failed ({target})"
-        )
-    return 1 if result["failed"] else 0

@@ -22,7 +22,7 @@ def main() -> int:
     parser.add_argument("-n", dest="workers", default=None)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-catalog-") as out:
-        cmd = [sys.executable, "-m", "pytest_e2b_env.catalog.validate", "--subject", args.subject, "-q"]
+        cmd = [sys.executable, "-m", "pytest_e2b_env.cli", "validate", "--subject", args.subject, "-q"]
         cmd += ["--output", out] + (["-n", args.workers] if args.workers else [])
         started = time.monotonic()
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)

@@ -18,9 +18,9 @@ import uuid
 
 from pytest_e2b_env.emulator import Emulator
 from pytest_e2b_env.episode.client import ReportEpisode
-from pytest_e2b_env.episode.sandboxes import SandboxTarget
 from pytest_e2b_env.episode.server import LoopbackServer, create_app
 from pytest_e2b_env.episode.task import load_repair, task_row
+from pytest_e2b_env.target.settings import TargetSettings
 
 TARGETS = {"reset": 0.5, "step": 0.05, "submit": 0.5}
 
@@ -43,11 +43,10 @@ def main() -> int:
     samples: dict[str, list[float]] = {"reset": [], "step": [], "submit": []}
     rewards: list[float] = []
     with Emulator() as emu:
-        env_vars = emu.sdk_env()
-        target = SandboxTarget(
-            env_vars["E2B_API_KEY"],
-            env_vars["E2B_API_URL"],
-            env_vars["E2B_SANDBOX_URL"],
+        target = TargetSettings(
+            api_key=emu.api_key,
+            api_url=emu.url,
+            sandbox_url=emu.url,
             run_id=f"bench-{uuid.uuid4().hex[:8]}",
         )
         with LoopbackServer(create_app(target=target, max_sessions=args.parallel + 1)) as srv:

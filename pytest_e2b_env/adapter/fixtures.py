@@ -30,11 +30,8 @@ def _runtime(config: pytest.Config) -> Any:
 
 def _leftovers(target: Target, mark: int) -> list[str]:
     """Kill every sandbox created since ``mark`` that is still alive; return the ones that stayed."""
-    from pytest_e2b_env.catalog.observe import Observation
-
-    obs = Observation(subject="fixture", ledger=target.ledger(since=mark))
     alive = target.alive_ids()
-    return [sid for sid in obs.created() if sid in alive and not target.kill(sid)]
+    return target.kill_all([sid for sid in target.created_ids(since=mark) if sid in alive])
 
 
 @pytest.fixture(scope="session")
@@ -64,19 +61,14 @@ def sandbox_factory(e2b_target: Target) -> Iterator[Callable[..., Any]]:
     """
     from e2b import Sandbox
 
+    from pytest_e2b_env.target.tags import tags
+
     mark = e2b_target.ledger_mark()
-    env = e2b_target.sdk_env()
 
     def create(role: str = "test", **kwargs: Any) -> Any:
-        metadata = {**kwargs.pop("metadata", {}), "pytest_e2b_env_run": e2b_target.run_id, "role": role}
+        metadata = {**kwargs.pop("metadata", {}), **tags(e2b_target, role)}
         kwargs.setdefault("timeout", DEFAULT_LIFETIME)
-        return Sandbox.create(
-            metadata=metadata,
-            api_key=env["E2B_API_KEY"],
-            api_url=env["E2B_API_URL"],
-            sandbox_url=env["E2B_SANDBOX_URL"],
-            **kwargs,
-        )
+        return Sandbox.create(metadata=metadata, **e2b_target.sdk_opts(), **kwargs)
 
     yield create
     e2b_target.faults.clear()

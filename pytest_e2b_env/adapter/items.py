@@ -21,6 +21,7 @@ from pytest_e2b_env.catalog.model import Case
 from pytest_e2b_env.catalog.record import CaseRecord
 from pytest_e2b_env.errors import ConfigError, InfrastructureError
 from pytest_e2b_env.target import Target, open_target
+from pytest_e2b_env.target.settings import TargetSettings
 
 if TYPE_CHECKING:
     from pytest_e2b_env.catalog.host import CaseHost
@@ -98,7 +99,8 @@ class Runtime:
             raise InfrastructureError(self._failure)
         if self._target is None:
             try:
-                target = open_target(self.settings.live, self.settings.run_id)
+                wanted = TargetSettings.from_env(live=self.settings.live, run_id=self.settings.run_id)
+                target = open_target(wanted)
             except Exception as exc:  # remembered: every later case fails fast with the same message
                 self._failure = f"the {self.settings.mode} target did not start: {type(exc).__name__}: {exc}"
                 self.problems.append(self._failure)

@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from pytest_e2b_env.target import RUN_ENV, new_run_id
+from pytest_e2b_env.target.settings import env_api_key, new_run_id
 
 _SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _TOOL = re.compile(r"^[A-Za-z_]\w*$")
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 EXAMPLES = {
     "e2b_reward_subject": "mypkg.rewards:make_reward",
     "e2b_episode_subject": "mypkg.env:MyEpisode",
@@ -80,7 +81,7 @@ def resolve(config: pytest.Config) -> Settings:
 
     live_opt = config.getoption("e2b_live")
     live = bool(live_opt) if live_opt is not None else bool(config.getini("e2b_live"))
-    if live and not os.environ.get("E2B_API_KEY"):
+    if live and not env_api_key():
         raise pytest.UsageError(
             "--e2b-live needs E2B_API_KEY in the environment: export your E2B key, "
             "or drop --e2b-live to run offline on the local emulator"
@@ -129,8 +130,13 @@ def resolve(config: pytest.Config) -> Settings:
     run_id = (
         workerinput.get("e2b_run_id")
         if workerinput and workerinput.get("e2b_run_id")
-        else os.environ.get(RUN_ENV) or new_run_id()
+        else config.getoption("e2b_run_id") or new_run_id()
     )
+    if not _RUN_ID.match(str(run_id)):
+        raise pytest.UsageError(
+            f"--e2b-run-id={run_id!r} is not a metadata-safe run id; use letters, digits, '-', '_' "
+            "(at most 64), e.g. --e2b-run-id ci-1234"
+        )
     return Settings(
         live=live,
         evidence=evidence,

@@ -123,7 +123,7 @@ def run_sample(sample: Sample, *, families: list[str] | None = None, timeout: fl
     """Run the catalog of the sample's kind (optionally only some families) against it."""
     outcome = Outcome(sample)
     with tempfile.TemporaryDirectory(prefix="pe2b-catch-") as out:
-        cmd = [sys.executable, "-m", "pytest_e2b_env.catalog.validate", "--subject", sample.kind, "-q"]
+        cmd = [sys.executable, "-m", "pytest_e2b_env.cli", "validate", "--subject", sample.kind, "-q"]
         cmd += ["--output", out, f"--{sample.kind}-subject", sample.spec]
         if sample.relax:
             cmd += ["--relax", ",".join(sample.relax)]

@@ -24,6 +24,7 @@ from pytest_e2b_env.catalog.loader import resolve_path
 from pytest_e2b_env.catalog.model import Case, Step
 from pytest_e2b_env.catalog.observe import Call, Observation, exception_info
 from pytest_e2b_env.target import Target
+from pytest_e2b_env.target.tags import created_ids
 from pytest_e2b_env.toolsurface import tool_names
 
 #: A full collection slower than this means many long-lived objects (openenv imports gradio:
@@ -247,11 +248,7 @@ class EpisodeDriver:
             loop.close()
 
     def _created_since(self, mark: int) -> set[str]:
-        return {
-            str(e["sandbox_id"])
-            for e in self.target.ledger(since=mark)
-            if e.get("op") == "create" and e.get("sandbox_id")
-        }
+        return set(created_ids(self.target.ledger(since=mark)))
 
     def _step(
         self,

@@ -20,6 +20,7 @@ from pytest_e2b_env.catalog.model import Case, Completion
 from pytest_e2b_env.catalog.observe import Call, Observation, exception_info
 from pytest_e2b_env.errors import ConfigError
 from pytest_e2b_env.target import Target
+from pytest_e2b_env.target.tags import created_ids
 
 CALL_TIMEOUT = 120.0
 
@@ -244,11 +245,7 @@ class RewardDriver:
                 await self._cancelled_batch(fn, spec.completions)
             else:
                 await self._call_reward(fn, spec.completions, "reward")
-            created = {
-                str(e["sandbox_id"])
-                for e in self.target.ledger(since=mark0)
-                if e.get("op") == "create" and e.get("sandbox_id")
-            }
+            created = set(created_ids(self.target.ledger(since=mark0)))
             self.obs.alive_after_first_call = sorted(created & self.target.alive_ids())
             if spec.second_batch is not None:
                 await self._call_reward(fn, spec.second_batch, "second_batch")

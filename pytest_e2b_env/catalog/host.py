@@ -183,7 +183,7 @@ def _child(req_fd: int, rep_fd: int) -> int:
     from pytest_e2b_env.catalog.contract import load_subject
     from pytest_e2b_env.catalog.runner import run_case
     from pytest_e2b_env.emulator import Emulator
-    from pytest_e2b_env.target import Target
+    from pytest_e2b_env.target import Target, TargetSettings
 
     reader = os.fdopen(req_fd, "rb")
     writer = os.fdopen(rep_fd, "wb")
@@ -201,7 +201,7 @@ def _child(req_fd: int, rep_fd: int) -> int:
             if op == "hello":
                 info = request["target"]
                 backend = Emulator.connect(info["url"], info["api_key"])
-                target = Target(backend, info["mode"], info["run_id"])
+                target = Target(backend, TargetSettings(mode=info["mode"], run_id=info["run_id"]))
                 spec = request["subject"]
                 subject = load_subject(spec["spec"], spec["kind"], spec.get("contract"))
                 reply({"ok": True})

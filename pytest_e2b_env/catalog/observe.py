@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_e2b_env.target.tags import created_ids
+
 MESSAGE_LIMIT = 600
 VALUE_LIMIT = 2000
 
@@ -108,20 +110,11 @@ class Observation:
 
     def created(self, start: int = 0, end: int | None = None) -> list[str]:
         """Ids of sandboxes the target created (in order, once each) within the range."""
-        ids: list[str] = []
-        for e in self.entries(start, end):
-            sid = e.get("sandbox_id")
-            if e.get("op") == "create" and sid and sid not in ids:
-                ids.append(str(sid))
-        return ids
+        return created_ids(self.ledger, start, end)
 
     def created_before(self, mark: int, target: Any) -> list[str]:
         """Ids created before ledger position ``mark`` (read live from the target)."""
-        return [
-            str(e["sandbox_id"])
-            for e in target.ledger(since=self.mark0)
-            if e.get("op") == "create" and e.get("sandbox_id") and e["seq"] < mark
-        ]
+        return created_ids(target.ledger(since=self.mark0), end=mark)
 
     def ops(self, op: str, start: int = 0, end: int | None = None) -> list[dict[str, Any]]:
         """Ledger entries of one operation within the range."""

@@ -24,6 +24,7 @@ from pytest_e2b_env.catalog.record import CaseRecord
 from pytest_e2b_env.catalog.verdict import judge
 from pytest_e2b_env.evidence.records import criterion
 from pytest_e2b_env.target import Target
+from pytest_e2b_env.target.tags import created_ids
 
 #: Families whose candidates or scripts attack the sandbox: below the namespaces isolation level
 #: they would run on the host itself, so they are skipped with the level's reason instead.
@@ -51,11 +52,7 @@ class SandboxWatcher:
         """Pin deferred faults to the n-th sandbox created in the case, once it exists."""
         if not self.deferred:
             return
-        created: list[str] = []
-        for e in self.target.ledger(since=self.mark):
-            sid = e.get("sandbox_id")
-            if e.get("op") == "create" and sid and sid not in created:
-                created.append(str(sid))
+        created = created_ids(self.target.ledger(since=self.mark))
         for fault in list(self.deferred):
             if len(created) >= fault.sandbox_nth:
                 self.target.faults.add(sandbox=created[fault.sandbox_nth - 1], **fault.add_kwargs())

@@ -19,7 +19,6 @@ from connectrpc.codec import proto_binary_codec, proto_json_codec
 from connectrpc.errors import ConnectError
 from e2b.envd.filesystem import filesystem_connect
 from e2b.envd.process import process_connect
-from pydantic import ValidationError
 
 from pytest_e2b_env.emulator import routes
 from pytest_e2b_env.emulator.control_plane import Answer, ControlPlane, answer, api_key_ok, error
@@ -41,6 +40,7 @@ from pytest_e2b_env.emulator.jsonin import JSONTooDeep, loads_bounded
 from pytest_e2b_env.emulator.ledger import Ledger, op_for
 from pytest_e2b_env.emulator.limits import Limits
 from pytest_e2b_env.emulator.sandboxes import Registry
+from pytest_e2b_env.target.backend import fault_rule_message
 
 if TYPE_CHECKING:
     from pytest_e2b_env.emulator.isolation.api import Backend
@@ -118,7 +118,7 @@ class EmulatorApp:
     def __init__(self, backend: Backend, api_key: str, limits: Limits | None = None) -> None:
         self.api_key = api_key
         self.backend = backend
-        self.limits = limits if limits is not None else Limits.from_env()
+        self.limits = limits if limits is not None else Limits()
         self.ledger = Ledger()
         self.registry = Registry(backend, self.ledger)
         self.faults = FaultPlan()
@@ -323,14 +323,8 @@ class EmulatorApp:
                 return answer(201, {"id": self.faults.add(rule)})
             except JSONTooDeep as exc:
                 return error(400, f"bad fault rule: {exc}")
-            except ValidationError as exc:
-                reasons = "; ".join(
-                    f"{'.'.join(map(str, e['loc'])) or 'rule'}: {e['msg'].removeprefix('Value error, ')}"
-                    for e in exc.errors()
-                )
-                return error(400, f"bad fault rule: {reasons}"[:1000])
-            except (ValueError, TypeError) as exc:
-                return error(400, f"bad fault rule: {exc}"[:1000])
+            except (ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
+                return error(400, fault_rule_message(exc))
         if (method, path) == ("DELETE", "/faults"):
             self.faults.clear()
             return answer(204)

@@ -1,6 +1,6 @@
 """``Emulator``: start (or attach to) a local emulator and drive its control endpoint.
 
-The server always runs in a child process (the ``pytest-e2b-env emulator`` entry), so the
+The server always runs in a child process (``python -m pytest_e2b_env.cli emulator``), so the
 CLI, the plugin, xdist workers and tests share one code path, and the child dies with its
 parent (PR_SET_PDEATHSIG) taking every sandbox with it.
 """
@@ -22,8 +22,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from pytest_e2b_env.emulator.limits import LIMITS_ENV, Limits
-from pytest_e2b_env.errors import EmulatorError
+from pytest_e2b_env.emulator.limits import Limits
+from pytest_e2b_env.errors import EmulatorError, FaultRuleError
+from pytest_e2b_env.target.settings import emulator_child_env, parse_sdk_env, sdk_env
 
 _CONTROL_HEADER = "X-Emulator-Key"
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
@@ -46,10 +47,10 @@ class Faults:
     ) -> str:
         """Add a rule; return its id. ``answer`` e.g. ``{"status": 429, "retry_after": 1}``."""
         if answer is None:
-            raise EmulatorError('faults.add needs an answer, e.g. answer={"status": 503}')
+            raise FaultRuleError('faults.add needs an answer, e.g. answer={"status": 503}')
         rule = {"route": route, "answer": answer, "times": times, "sandbox": sandbox, "contains": contains}
         rule["after"] = after
-        return str(self._emulator._control("POST", "/faults", rule)["id"])
+        return str(self._emulator._control("POST", "/faults", rule, rejected=FaultRuleError)["id"])
 
     def clear(self) -> None:
         """Remove every rule."""
@@ -111,20 +112,18 @@ class Emulator:
         cmd = [
             sys.executable,
             "-m",
-            "pytest_e2b_env.emulator.cli",
+            "pytest_e2b_env.cli",  # the console script's own entry: one code path for users and us
+            "emulator",
             "--host",
             self.host,
             "--port",
             str(self.port),
         ]
-        cmd += ["--die-with-parent"]
+        cmd += ["--die-with-parent", "--limits", self.limits.to_json()]
         if self.isolation_request:
             cmd += ["--isolation", self.isolation_request]
-        env = dict(os.environ)
+        env = emulator_child_env(os.environ, owner_pid=os.getpid())
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
-        env.pop("PYTEST_E2B_ENV_EMULATOR_KEY", None)  # always a fresh random key
-        env["PYTEST_E2B_ENV_EMULATOR_OWNER"] = str(os.getpid())
-        env[LIMITS_ENV] = self.limits.to_env()
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the child; closed in stop()
         self._proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=self._stderr, env=env, close_fds=True
@@ -170,7 +169,7 @@ class Emulator:
                 elif "=" in line:
                     key, _, value = line.partition("=")
                     values[key] = value
-        self.url, self.api_key = values["E2B_API_URL"], values["E2B_API_KEY"]
+        self.url, self.api_key = parse_sdk_env(values)
         self.isolation, self.isolation_reason = values["isolation"], values["reason"]
 
     def _stderr_tail(self) -> str:
@@ -203,6 +202,10 @@ class Emulator:
         """The server process id (None when attached or stopped)."""
         return self._proc.pid if self._proc is not None else None
 
+    def close(self) -> None:
+        """The same as :meth:`stop` (the ``target.Backend`` name)."""
+        self.stop()
+
     def __enter__(self) -> Emulator:
         return self.start()
 
@@ -214,7 +217,7 @@ class Emulator:
     # ------------------------------------------------------------------ queries
     def sdk_env(self) -> dict[str, str]:
         """The env vars that point the e2b SDK here."""
-        return {"E2B_API_URL": self.url, "E2B_SANDBOX_URL": self.url, "E2B_API_KEY": self.api_key}
+        return sdk_env(self.url, self.api_key)
 
     def sdk_opts(self) -> dict[str, str]:
         """The same as keyword arguments: ``Sandbox.create(**emu.sdk_opts())``."""
@@ -238,7 +241,9 @@ class Emulator:
         rows: list[dict[str, Any]] = self._control("GET", f"/ledger?since={int(since)}")
         return rows
 
-    def _control(self, method: str, path: str, body: Any = None) -> Any:
+    def _control(
+        self, method: str, path: str, body: Any = None, rejected: type[Exception] | None = None
+    ) -> Any:
         if not self.url:
             raise EmulatorError("the emulator is not running; use `with Emulator() as emu:` or emu.start()")
         data = None if body is None else json.dumps(body).encode()
@@ -253,6 +258,8 @@ class Emulator:
             detail = exc.read().decode(errors="replace")
             with contextlib.suppress(ValueError):
                 detail = json.loads(detail).get("message", detail)
+            if exc.code == 400 and rejected is not None:  # the server validated the body and said why
+                raise rejected(detail) from None
             raise EmulatorError(f"emulator control {method} {path} answered {exc.code}: {detail}") from None
         except OSError as exc:
             raise EmulatorError(

@@ -3,18 +3,15 @@
 Every size, depth and wait the emulator accepts from a request body or from a sandbox's files
 is capped here, so no input grows its memory, recursion or blocking without bound. The
 defaults suit test suites; ``Emulator(limits={...})`` passes other values to the server child
-through the ``PYTEST_E2B_ENV_EMULATOR_LIMITS`` variable (a JSON object of field names).
+as its ``--limits`` option (a JSON object of field names).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from dataclasses import dataclass
 from typing import Any
-
-LIMITS_ENV = "PYTEST_E2B_ENV_EMULATOR_LIMITS"
 
 
 @dataclass(frozen=True)
@@ -44,8 +41,8 @@ class Limits:
         """Largest ``POST /files`` body: one file at the cap plus room for multipart framing."""
         return self.file_bytes + (1 << 20)
 
-    def to_env(self) -> str:
-        """The JSON form read back by :meth:`from_env`."""
+    def to_json(self) -> str:
+        """The JSON form read back by :meth:`parse` (the child's ``--limits``)."""
         return json.dumps(dataclasses.asdict(self))
 
     @classmethod
@@ -63,15 +60,14 @@ class Limits:
         return cls(**values)
 
     @classmethod
-    def from_env(cls) -> Limits:
-        """The limits named by ``PYTEST_E2B_ENV_EMULATOR_LIMITS``, else the defaults."""
-        raw = os.environ.get(LIMITS_ENV)
+    def parse(cls, raw: str) -> Limits:
+        """The limits a ``--limits`` JSON object names (empty: the defaults); ValueError names the fault."""
         if not raw:
             return cls()
         try:
             values = json.loads(raw)
         except ValueError:
-            raise ValueError(f"{LIMITS_ENV} is not a JSON object: {raw[:200]!r}") from None
+            raise ValueError(f"--limits is not a JSON object: {raw[:200]!r}") from None
         if not isinstance(values, dict):
-            raise ValueError(f"{LIMITS_ENV} is not a JSON object: {raw[:200]!r}")
+            raise ValueError(f"--limits is not a JSON object: {raw[:200]!r}")
         return cls.build(values)

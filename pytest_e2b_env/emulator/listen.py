@@ -5,8 +5,12 @@ from __future__ import annotations
 import errno
 import secrets
 import socket
+from typing import TYPE_CHECKING
 
 from pytest_e2b_env.errors import EmulatorError
+
+if TYPE_CHECKING:
+    from pytest_e2b_env.emulator.limits import Limits
 
 
 def new_api_key() -> str:
@@ -42,3 +46,44 @@ def bind(host: str, port: int) -> socket.socket:
     sock.listen(1024)
     sock.setblocking(False)
     return sock
+
+
+def _die_with_parent() -> None:
+    """Ask the kernel for SIGTERM when our parent dies, and handle the race where it already has."""
+    import ctypes
+    import os
+    import signal
+
+    from pytest_e2b_env.target.settings import emulator_owner
+
+    pr_set_pdeathsig = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+    owner = emulator_owner()  # pid of the process that started us (set by Emulator)
+    if os.getppid() == 1 or (owner and os.getppid() != owner):  # the owner died before prctl
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def serve_forever(
+    host: str,
+    port: int,
+    *,
+    isolation: str | None = None,
+    die_with_parent: bool = False,
+    limits: Limits | None = None,
+) -> None:
+    """Bind, announce (stdout), serve until SIGINT/SIGTERM, killing every sandbox on the way out.
+
+    The bind comes first and raises :class:`EmulatorError` naming the bad value, before the heavy
+    imports. ``die_with_parent`` ties this process to its starter (``Emulator()``).
+    """
+    sock = bind(host, port)
+    if die_with_parent:
+        _die_with_parent()
+    from pytest_e2b_env.emulator import envd_stubs
+
+    envd_stubs.load()  # before the server imports them: skips ~2 s of SDK import
+    from pytest_e2b_env.emulator.server import load_backend, serve
+    from pytest_e2b_env.target.settings import emulator_key
+
+    serve(sock, load_backend(isolation), emulator_key() or new_api_key(), limits=limits)

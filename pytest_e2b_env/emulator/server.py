@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 import uvicorn
 
 from pytest_e2b_env.emulator.app import EmulatorApp
+from pytest_e2b_env.emulator.limits import Limits
 from pytest_e2b_env.errors import EmulatorError
+from pytest_e2b_env.target.settings import sdk_env
 
 if TYPE_CHECKING:
     from pytest_e2b_env.emulator.isolation.api import Backend
@@ -46,7 +48,7 @@ class _Server(uvicorn.Server):
 
 def announce_lines(url: str, api_key: str) -> list[str]:
     """The shell-sourceable lines printed first."""
-    return [f"E2B_API_URL={url}", f"E2B_SANDBOX_URL={url}", f"E2B_API_KEY={api_key}"]
+    return [f"{name}={value}" for name, value in sdk_env(url, api_key).items()]
 
 
 def serve(
@@ -55,12 +57,13 @@ def serve(
     api_key: str,
     out: TextIO = sys.stdout,
     on_ready: Callable[[], None] | None = None,
+    limits: Limits | None = None,
 ) -> None:
     """Announce on ``out``, then serve until SIGINT/SIGTERM; every sandbox is killed before returning."""
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}"
-    app = EmulatorApp(backend, api_key)
+    app = EmulatorApp(backend, api_key, limits)
     for line in announce_lines(url, api_key):
         print(line, file=out)
     print(f"# isolation={backend.level}: {backend.reason}", file=out)

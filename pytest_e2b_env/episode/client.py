@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 from collections.abc import Callable
 from typing import Any, ClassVar, NoReturn
 
 from pytest_e2b_env.errors import CleanupError, ConfigError, E2BEnvError, InfrastructureError
+from pytest_e2b_env.target.settings import openenv_url
 
-#: Environment variable naming a running OpenEnv server (else one is started in-process on loopback).
-URL_ENV = "PYTEST_E2B_ENV_OPENENV_URL"
 #: Seconds the client waits for any one server reply; the server enforces the task deadlines.
 MESSAGE_TIMEOUT = 900.0
 
@@ -39,7 +37,7 @@ def warm_up() -> None:
     partially initialised module (``cannot import name 'Client' from 'fastmcp'``). Only the
     server start, which imports nothing new, runs in the background.
     """
-    if os.environ.get(URL_ENV):
+    if openenv_url():
         return  # a running server was named: nothing to start
     import e2b  # noqa: F401  (the cases import the SDK anyway; once, here, in one thread)
     import openenv.core.env_server.http_server  # noqa: F401
@@ -49,6 +47,8 @@ def warm_up() -> None:
     from pytest_e2b_env.episode.server import create_app, prestart_shared_server
 
     create_app()  # builds (and discards) the app: every import the server thread needs happens here
+
+    import os
 
     prestart_shared_server(dict(os.environ))
 
@@ -187,8 +187,9 @@ class ReportEpisode:
         if self._base_url:
             return self._base_url
         env = type(self)._environment
-        if env is None and os.environ.get(URL_ENV):
-            return os.environ[URL_ENV]
+        url = openenv_url()
+        if env is None and url:
+            return url
         from pytest_e2b_env.episode.server import shared_server
 
         return shared_server(env)

@@ -24,10 +24,11 @@ from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field
 
 from pytest_e2b_env.episode.runtime import Episode, Fatal, format_outcome
-from pytest_e2b_env.episode.sandboxes import SandboxTarget, confirm_gone, create_sandbox, run_bounded, sweep
+from pytest_e2b_env.episode.sandboxes import confirm_gone, create_sandbox, run_bounded, sweep
 from pytest_e2b_env.episode.task import parse_task, task_prompt
 from pytest_e2b_env.episode.verify import Submission
 from pytest_e2b_env.errors import CleanupError, ConfigError
+from pytest_e2b_env.target.settings import TargetSettings
 
 #: Bytes of command output the policy sees per terminal call.
 OUTPUT_BYTES = 16384
@@ -87,8 +88,8 @@ class RepairEnvironment(Submission, MCPEnvironment):
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
-    def __init__(self, target: SandboxTarget | None = None) -> None:
-        self._target = target or SandboxTarget.from_env()
+    def __init__(self, target: TargetSettings | None = None) -> None:
+        self._target = target or TargetSettings.from_env()
         self._lock = threading.Lock()
         self._ep: Episode | None = None
         self._state = EpisodeState(episode_id=None)

@@ -8,70 +8,27 @@ explicitly on every call: library code never mutates ``os.environ``.
 from __future__ import annotations
 
 import base64
-import os
 import re
 import shlex
 import time
-import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from typing import Any
 
 from pytest_e2b_env.errors import CleanupError
+from pytest_e2b_env.target.settings import TargetSettings
+from pytest_e2b_env.target.tags import (
+    EPISODE_KEY,
+    RUN_KEY,
+    kill_and_confirm,
+    list_ids,
+    tags,
+    unresolved,
+)
 
-#: Metadata key every sandbox of this tool carries (``reap`` and the sweeps look for it).
-RUN_KEY = "pytest_e2b_env_run"
 #: Extra seconds of server-side lifetime beyond the deadline a sandbox is created for.
 LIFETIME_SLACK = 30
 #: Longest lifetime requested (E2B's Hobby tier caps sandboxes at one hour).
 MAX_LIFETIME = 3600
-_PROCESS_RUN_ID = uuid.uuid4().hex[:12]
-
-
-def current_run_id(environ: Mapping[str, str] | None = None) -> str:
-    """Run id from ``PYTEST_E2B_ENV_RUN``, else one fresh id per process."""
-    env = os.environ if environ is None else environ
-    return env.get("PYTEST_E2B_ENV_RUN") or _PROCESS_RUN_ID
-
-
-def utc_now() -> str:
-    """ISO-8601 UTC timestamp with milliseconds."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-@dataclass(frozen=True)
-class SandboxTarget:
-    """Where sandboxes come from: SDK settings, template and run id (the key is never printed)."""
-
-    api_key: str | None = field(default=None, repr=False)
-    api_url: str | None = None
-    sandbox_url: str | None = None
-    template: str = "base"
-    run_id: str = field(default_factory=current_run_id)
-    request_timeout: float = 15.0
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> SandboxTarget:
-        """Read ``E2B_API_KEY``, ``E2B_API_URL``, ``E2B_SANDBOX_URL``, ``PYTEST_E2B_ENV_TEMPLATE``
-        and ``PYTEST_E2B_ENV_RUN``."""
-        env = os.environ if environ is None else environ
-        return cls(
-            api_key=env.get("E2B_API_KEY") or None,
-            api_url=env.get("E2B_API_URL") or None,
-            sandbox_url=env.get("E2B_SANDBOX_URL") or None,
-            template=env.get("PYTEST_E2B_ENV_TEMPLATE") or "base",
-            run_id=current_run_id(env),
-        )
-
-    def opts(self) -> dict[str, Any]:
-        """ApiParams for every SDK call."""
-        out: dict[str, Any] = {"request_timeout": self.request_timeout}
-        for key in ("api_key", "api_url", "sandbox_url"):
-            value = getattr(self, key)
-            if value:
-                out[key] = value
-        return out
 
 
 def _sdk() -> Any:
@@ -81,61 +38,36 @@ def _sdk() -> Any:
 
 
 def create_sandbox(
-    target: SandboxTarget, *, role: str, episode: str, lifetime: float, internet: bool = False
+    target: TargetSettings, *, role: str, episode: str, lifetime: float, internet: bool = False
 ) -> Any:
     """Create a tagged sandbox that dies on its own after ``lifetime`` (+ slack) seconds."""
     e2b = _sdk()
     return e2b.Sandbox.create(
         template=target.template,
         timeout=min(int(lifetime) + LIFETIME_SLACK, MAX_LIFETIME),
-        metadata={RUN_KEY: target.run_id, "role": role, "episode": episode},
+        metadata=tags(target, role, episode=episode),
         allow_internet_access=internet,
-        **target.opts(),
+        **target.sdk_opts(),
     )
 
 
-def confirm_gone(target: SandboxTarget, ids: list[str], *, attempts: int = 3) -> list[dict[str, Any]]:
+def confirm_gone(target: TargetSettings, ids: list[str], *, attempts: int = 3) -> list[dict[str, Any]]:
     """Kill each sandbox and confirm it absent (``get_info`` -> not found), with bounded retries.
 
     Returns one cleanup record per id. Raises :class:`CleanupError` naming every id that could not
     be confirmed gone (the caller keeps owning them).
     """
-    e2b = _sdk()
-    records: list[dict[str, Any]] = []
-    unresolved: list[str] = []
-    for sandbox_id in ids:
-        error = ""
-        for attempt in range(attempts):
-            try:
-                e2b.Sandbox.kill(sandbox_id, **target.opts())
-                e2b.Sandbox.get_info(sandbox_id, **target.opts())
-                error = "still running after kill"
-            except e2b.SandboxNotFoundException:
-                records.append({"sandbox_id": sandbox_id, "confirmed_absent_at": utc_now()})
-                break
-            except Exception as exc:  # any SDK/transport failure is retried, then reported
-                error = type(exc).__name__
-            if attempt + 1 < attempts:  # back off before the next try; none after the last one
-                time.sleep(0.1 * (attempt + 1))
-        else:
-            records.append({"sandbox_id": sandbox_id, "error": error})
-            unresolved.append(sandbox_id)
-    if unresolved:
-        raise CleanupError(f"could not confirm {len(unresolved)} sandbox(es) gone", unresolved)
-    return records
+    kills = [kill_and_confirm(sandbox_id, target.sdk_opts(), attempts=attempts) for sandbox_id in ids]
+    stuck = unresolved(kills)
+    if stuck:
+        raise CleanupError(f"could not confirm {len(stuck)} sandbox(es) gone", stuck)
+    return [kill.record() for kill in kills]
 
 
-def sweep(target: SandboxTarget, episode: str | None = None) -> list[str]:
+def sweep(target: TargetSettings, episode: str | None = None) -> list[str]:
     """Ids of live sandboxes tagged with this run (and ``episode`` when given)."""
-    e2b = _sdk()
-    metadata = {RUN_KEY: target.run_id}
-    if episode is not None:
-        metadata["episode"] = episode
-    paginator = e2b.Sandbox.list(query=e2b.SandboxQuery(metadata=metadata), **target.opts())
-    found: list[str] = []
-    while paginator.has_next:
-        found += [info.sandbox_id for info in paginator.next_items()]
-    return found
+    wanted = {RUN_KEY: target.run_id, **({EPISODE_KEY: episode} if episode is not None else {})}
+    return list_ids(target.sdk_opts(), wanted)
 
 
 @dataclass

@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pytest_e2b_env.episode.sandboxes import SandboxTarget
 from pytest_e2b_env.errors import ConfigError, InfrastructureError
+from pytest_e2b_env.target.settings import ENV_OPENENV_URL, TargetSettings
 
 #: Default bound on concurrent episode sessions (one per TRL rollout in flight).
 MAX_SESSIONS = 16
@@ -26,13 +26,13 @@ MAX_SESSIONS = 16
 def create_app(
     env: Callable[..., Any] | None = None,
     *,
-    target: SandboxTarget | None = None,
+    target: TargetSettings | None = None,
     max_sessions: int = MAX_SESSIONS,
 ) -> Any:
     """The OpenEnv app serving ``env`` (default :class:`RepairEnvironment`), at most ``max_sessions`` at once.
 
-    ``target`` fixes the SDK settings and run id; by default each environment reads ``E2B_*`` and
-    ``PYTEST_E2B_ENV_RUN`` from the environment when it is built.
+    ``target`` fixes the SDK settings and run id; by default each environment reads them with
+    :meth:`TargetSettings.from_env` when it is built.
     """
     from openenv.core.env_server.http_server import create_app as openenv_app
 
@@ -104,7 +104,7 @@ def shared_server(env: Callable[..., Any] | None = None, environ: Mapping[str, s
     (a new emulator, another run id) gets a server of its own instead of one still talking to the
     old target. ``environ`` defaults to ``os.environ``.
     """
-    target = SandboxTarget.from_env(environ)
+    target = TargetSettings.from_env(environ)
     key = (env, target)
     with _SHARED_LOCK:
         server = _SHARED.get(key)
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-sessions", type=int, default=MAX_SESSIONS)
     args = parser.parse_args(argv)
     server = LoopbackServer(create_app(max_sessions=args.max_sessions), port=args.port).start()
-    print(f"PYTEST_E2B_ENV_OPENENV_URL={server.url}", flush=True)
+    print(f"{ENV_OPENENV_URL}={server.url}", flush=True)
     try:
         while True:
             time.sleep(3600)

@@ -1,6 +1,6 @@
 """The episode smoke: two real episodes through the OpenEnv server, as a JSON-ready receipt.
 
-Offline it starts the emulator; live it uses real E2B through ``E2B_API_KEY``. Either way it
+Offline it opens the emulator, live the fault proxy before real E2B (``open_target``). Either way it
 serves the repair environment on loopback and drives it with the real ``ReportEpisode``:
 episode 1 submits the buggy starter (0.0), episode 2 inspects, repairs, reruns and submits (1.0).
 """
@@ -8,37 +8,29 @@ episode 1 submits the buggy starter (0.0), episode 2 inspects, repairs, reruns a
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 from pytest_e2b_env.episode.client import ReportEpisode
-from pytest_e2b_env.episode.sandboxes import SandboxTarget, sweep
+from pytest_e2b_env.episode.sandboxes import sweep
 from pytest_e2b_env.episode.server import LoopbackServer, create_app
 from pytest_e2b_env.episode.task import load_repair, task_row
 from pytest_e2b_env.errors import ConfigError
+from pytest_e2b_env.target import open_target
+from pytest_e2b_env.target.settings import TargetSettings, env_run_id
 
 TASK = "weekly-sales"
 
 
 @contextlib.contextmanager
-def _target(live: bool, run_id: str) -> Iterator[tuple[SandboxTarget, str]]:
-    if live:
-        if not os.environ.get("E2B_API_KEY"):
-            raise ConfigError(
-                "smoke episode --live needs E2B_API_KEY in the environment; export it and rerun"
-            )
-        base = SandboxTarget.from_env()
-        yield SandboxTarget(base.api_key, base.api_url, base.sandbox_url, base.template, run_id), "live"
-        return
-    from pytest_e2b_env.emulator import Emulator
-
-    with Emulator() as emu:
-        env = emu.sdk_env()
-        target = SandboxTarget(env["E2B_API_KEY"], env["E2B_API_URL"], env["E2B_SANDBOX_URL"], run_id=run_id)
-        yield target, f"offline ({emu.isolation})"
+def _target(live: bool, run_id: str) -> Iterator[tuple[TargetSettings, str]]:
+    wanted = TargetSettings.from_env(live=live, run_id=run_id)
+    if live and not wanted.api_key:
+        raise ConfigError("smoke episode --live needs E2B_API_KEY in the environment; export it and rerun")
+    with open_target(wanted) as target:
+        yield target.settings, "live" if live else f"offline ({target.isolation})"
 
 
 def _summary(receipt: dict[str, Any]) -> dict[str, Any]:
@@ -56,7 +48,7 @@ def _summary(receipt: dict[str, Any]) -> dict[str, Any]:
 def episode_smoke(live: bool) -> dict[str, Any]:
     """Run the two smoke episodes; returns the receipt (``ok`` is True when rewards are [0.0, 1.0]
     and every sandbox was confirmed gone). Raises on infrastructure failure, never scores it."""
-    run_id = os.environ.get("PYTEST_E2B_ENV_RUN") or f"smoke-{uuid.uuid4().hex[:8]}"
+    run_id = env_run_id() or f"smoke-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
     with (
         _target(live, run_id) as (target, mode),
@@ -97,12 +89,3 @@ def episode_smoke(live: bool) -> dict[str, Any]:
         "episodes": episodes,
         "seconds": round(time.monotonic() - started, 3),
     }
-
-
-if __name__ == "__main__":
-    import json
-    import sys
-
-    receipt = episode_smoke(live="--live" in sys.argv[1:])
-    print(json.dumps(receipt, indent=2))
-    raise SystemExit(0 if receipt["ok"] else 1)

@@ -16,13 +16,13 @@ from typing import Any
 from pytest_e2b_env.episode.runtime import Episode
 from pytest_e2b_env.episode.sandboxes import (
     CommandOutcome,
-    SandboxTarget,
     create_sandbox,
     export_file,
     run_bounded,
 )
 from pytest_e2b_env.episode.task import grade_output
 from pytest_e2b_env.errors import InfrastructureError
+from pytest_e2b_env.target.settings import TargetSettings
 
 #: Bytes of verifier stdout graded at most (a longer output scores 0).
 VERIFY_OUTPUT_BYTES = 65536
@@ -32,7 +32,7 @@ class Submission:
     """The submit pipeline (mixed into the environment, which provides ``_target`` and ``_release``)."""
 
     VERIFIER_INTERNET = False
-    _target: SandboxTarget
+    _target: TargetSettings
 
     def _release(self, ep: Episode, *, sweep_episode: bool = False) -> None:  # pragma: no cover - provided
         raise NotImplementedError

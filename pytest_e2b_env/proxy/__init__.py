@@ -5,7 +5,7 @@ control plane to the upstream API and envd traffic to the upstream sandbox endpo
 streaming both ways, and applies the same fault rules as the emulator. With real E2B as
 the upstream, fault cases of the catalog run live::
 
-    with FaultProxy("https://api.e2b.app", api_key=os.environ["E2B_API_KEY"]) as proxy:
+    with FaultProxy("https://api.e2b.app", api_key=my_key) as proxy:
         proxy.faults.add(route="DELETE /sandboxes/*", answer={"kill_fails": True})
         sandbox = Sandbox.create(**proxy.sdk_opts())
 """
@@ -13,7 +13,6 @@ the upstream, fault cases of the catalog run live::
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -21,18 +20,15 @@ from typing import Any
 from pytest_e2b_env.emulator.faults import FaultMiddleware, FaultPlan, FaultRule
 from pytest_e2b_env.emulator.ledger import Ledger
 from pytest_e2b_env.emulator.routes import is_stream, route_of
-from pytest_e2b_env.errors import ConfigError, InfrastructureError
+from pytest_e2b_env.errors import ConfigError, FaultRuleError, InfrastructureError
 from pytest_e2b_env.proxy.forward import Forwarder
 from pytest_e2b_env.proxy.recording import RecordingMiddleware
 from pytest_e2b_env.proxy.routing import domain_of_api_url
 from pytest_e2b_env.proxy.serve import ThreadedServer
+from pytest_e2b_env.target.backend import fault_rule_message
+from pytest_e2b_env.target.settings import DEFAULT_DOMAIN, env_api_key, live_upstream, sdk_env
 
-__all__ = ["DEFAULT_DOMAIN", "LIVE_API_URL_ENV", "LIVE_SANDBOX_URL_ENV", "FaultProxy", "ProxyFaults"]
-
-DEFAULT_DOMAIN = "e2b.app"
-#: Point live mode at a self-hosted (or stand-in) E2B: its API URL, and its envd URL when fixed.
-LIVE_API_URL_ENV = "PYTEST_E2B_ENV_LIVE_API_URL"
-LIVE_SANDBOX_URL_ENV = "PYTEST_E2B_ENV_LIVE_SANDBOX_URL"
+__all__ = ["DEFAULT_DOMAIN", "FaultProxy", "ProxyFaults"]
 
 
 class ProxyFaults:
@@ -50,7 +46,7 @@ class ProxyFaults:
         contains: str | None = None,
         after: int = 0,
     ) -> str:
-        """Add a rule (validated; a bad one raises ConfigError naming the field) and return its id."""
+        """Add a rule (validated; a bad one raises FaultRuleError naming the field) and return its id."""
         try:
             rule = FaultRule.model_validate(
                 {
@@ -63,7 +59,7 @@ class ProxyFaults:
                 }
             )
         except ValueError as exc:
-            raise ConfigError(f"bad fault rule for route {route!r}: {exc}") from None
+            raise FaultRuleError(f"{fault_rule_message(exc)} (route {route!r})") from None
         return self.plan.add(rule)
 
     def clear(self) -> None:
@@ -123,16 +119,12 @@ class FaultProxy:
         port: int = 0,
     ) -> None:
         if upstream_api_url is None:
-            # Live default. E2B_API_URL is deliberately not read: in a shell that once pointed the
-            # SDK at an emulator it would silently turn a live run into an offline one. A
-            # self-hosted or stand-in E2B is named by our own, explicit variables instead.
-            upstream_api_url = os.environ.get(LIVE_API_URL_ENV) or (
-                f"https://api.{os.environ.get('E2B_DOMAIN') or DEFAULT_DOMAIN}"
-            )
+            # Live default (never E2B_API_URL: see target.settings.live_upstream).
+            upstream_api_url, fixed_sandbox_url = live_upstream()
             if upstream_sandbox_url is None:
-                upstream_sandbox_url = os.environ.get(LIVE_SANDBOX_URL_ENV) or None
+                upstream_sandbox_url = fixed_sandbox_url
         if api_key is None:
-            api_key = os.environ.get("E2B_API_KEY", "")
+            api_key = env_api_key()
         if not upstream_api_url.startswith(("http://", "https://")):
             raise ConfigError(
                 f"upstream_api_url={upstream_api_url!r} is not an http(s) URL. Example: https://api.e2b.app"
@@ -204,13 +196,18 @@ class FaultProxy:
     # -- the target contract shared with the emulator ---------------------------------------
 
     @property
+    def isolation(self) -> str:
+        """What isolates the sandboxes: the upstream E2B's own (VMs), never the proxy."""
+        return "e2b"
+
+    @property
     def url(self) -> str:
         """``http://127.0.0.1:PORT`` once started: the API URL and the sandbox URL the SDK should use."""
         return self._server.url
 
     def sdk_env(self) -> dict[str, str]:
         """Environment variables pointing the e2b SDK at the proxy."""
-        return {"E2B_API_URL": self.url, "E2B_SANDBOX_URL": self.url, "E2B_API_KEY": self.api_key}
+        return sdk_env(self.url, self.api_key)
 
     def sdk_opts(self) -> dict[str, Any]:
         """Keyword options for ``Sandbox.create(...)`` / ``e2b.E2B(...)`` pointing at the proxy."""

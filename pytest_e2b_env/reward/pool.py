@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
-import os
 import time
 import uuid
 from typing import Any
@@ -36,12 +35,13 @@ from pytest_e2b_env.reward.workers import (
     is_transient,
     probe_source,
 )
+from pytest_e2b_env.target.settings import DEFAULT_CREATE_INTERVAL, env_run_id
 
 _POISON = "poison"  # queued when a background creation failed: every waiter raises the pool's failure
 
 
 def _run_id(run_id: str | None) -> str:
-    return run_id or os.environ.get("PYTEST_E2B_ENV_RUN") or uuid.uuid4().hex[:12]
+    return run_id or env_run_id() or uuid.uuid4().hex[:12]
 
 
 class RewardPool:
@@ -50,7 +50,7 @@ class RewardPool:
     def __init__(
         self,
         workers: int = 2,
-        create_interval: float = 1.0,
+        create_interval: float = DEFAULT_CREATE_INTERVAL,
         case_seconds: float = 2.0,
         *,
         template: str = "base",

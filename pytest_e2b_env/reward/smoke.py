@@ -1,18 +1,20 @@
 """The reward smoke: five fixed candidates scored by a fresh pool, then proof nothing is left.
 
 ``pytest-e2b-env smoke reward`` (wired by the CLI) prints the receipt this returns as JSON.
-Offline it starts a local emulator; live it uses the e2b SDK's own environment (E2B_API_KEY).
+Offline it opens the local emulator, live the fault proxy before real E2B (``open_target``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from typing import Any
 
 from pytest_e2b_env.errors import ConfigError
+from pytest_e2b_env.target import open_target
+from pytest_e2b_env.target.settings import TargetSettings, env_run_id
+from pytest_e2b_env.target.tags import run_of
 
 # Task "total-tokens" of fixtures/reward/tasks.json (inlined: fixtures are not package data).
 CASES = [
@@ -60,7 +62,7 @@ def _completion(program: str) -> list[dict[str, str]]:
     return [{"role": "assistant", "content": f"```python\n{program}```"}]
 
 
-async def _score(api_opts: dict[str, str] | None, run_id: str) -> dict[str, Any]:
+async def _score(api_opts: dict[str, Any], run_id: str) -> dict[str, Any]:
     from pytest_e2b_env.reward.pool import RewardPool
     from pytest_e2b_env.reward.workers import WorkerClient
 
@@ -95,32 +97,19 @@ def reward_smoke(live: bool) -> dict[str, Any]:
     """
     import uuid
 
-    run_id = os.environ.get("PYTEST_E2B_ENV_RUN") or f"smoke-{uuid.uuid4().hex[:8]}"
-    if live:
-        if not os.environ.get("E2B_API_KEY"):
-            raise ConfigError("live reward smoke needs E2B_API_KEY in the environment; or run it offline")
-        receipt = asyncio.run(_score(None, run_id))
-        receipt["mode"] = "live"
-    else:
-        from pytest_e2b_env.emulator import Emulator
-
-        with Emulator() as emu:
-            receipt = asyncio.run(_score(emu.sdk_opts(), run_id))
-            receipt["mode"] = "offline"
-            receipt["isolation"] = emu.isolation
-            receipt["emulator_leftovers"] = [
-                s["sandbox_id"]
-                for s in emu.sandboxes()
-                if (s.get("metadata") or {}).get("pytest_e2b_env_run") == run_id
-            ]
+    run_id = env_run_id() or f"smoke-{uuid.uuid4().hex[:8]}"
+    wanted = TargetSettings.from_env(live=live, run_id=run_id)
+    if live and not wanted.api_key:
+        raise ConfigError("live reward smoke needs E2B_API_KEY in the environment; or run it offline")
+    with open_target(wanted) as target:
+        receipt = asyncio.run(_score(target.sdk_opts(), run_id))
+        receipt["mode"] = target.mode
+        receipt["isolation"] = target.isolation
+        # Asked of the target itself (the emulator, or the upstream behind the proxy).
+        receipt["target_leftovers"] = [
+            s["sandbox_id"] for s in target.sandboxes() if run_of(s.get("metadata")) == run_id
+        ]
     receipt["run_id"] = run_id
     matches = all(abs(receipt["scores"][n] - v) < 1e-9 for n, v in EXPECTED.items())
-    receipt["ok"] = matches and not receipt["leftover_sandboxes"] and not receipt.get("emulator_leftovers")
+    receipt["ok"] = matches and not receipt["leftover_sandboxes"] and not receipt["target_leftovers"]
     return receipt
-
-
-def main(argv: list[str]) -> int:
-    """``smoke reward [--live]``: print the receipt as JSON; exit 1 unless ``ok``."""
-    receipt = reward_smoke(live="--live" in argv)
-    print(json.dumps(receipt, indent=2, sort_keys=True))
-    return 0 if receipt["ok"] else 1

@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from pytest_e2b_env.reward.pool import RewardPool
 
 RewardFn = Callable[..., Awaitable[list[float]]]
-#: Set by the catalog while a case runs: "offline" on the local emulator, "live" on real E2B.
-MODE_ENV = "PYTEST_E2B_ENV_MODE"
-#: Worker-creation pacing on the local emulator. The pool's default (1.0 s) is a courtesy to
-#: real E2B's create rate limit; the emulator has none, and every catalog case that needs a
-#: second worker (a batch of two, a replacement, a retry) would otherwise wait out a second.
-OFFLINE_CREATE_INTERVAL = 0.05
 
 
 @contextlib.asynccontextmanager
@@ -32,11 +25,9 @@ def reward_subject(**kwargs: Any) -> contextlib.AbstractAsyncContextManager[Rewa
 
     The e2b SDK reads its target from ``E2B_API_URL``/``E2B_SANDBOX_URL``/``E2B_API_KEY`` and the
     run id from ``PYTEST_E2B_ENV_RUN``, both set by the plugin. Keyword arguments go to
-    :class:`RewardPool` (the catalog passes none). Offline (``PYTEST_E2B_ENV_MODE=offline``, the
-    local emulator) workers are paced ``OFFLINE_CREATE_INTERVAL`` apart, not the pool's 1 s.
+    :class:`RewardPool`; the catalog passes none, so it validates the pool ``train.py`` builds
+    (the same defaults, ``create_interval`` included: see ``target.settings.DEFAULT_CREATE_INTERVAL``).
     """
-    if os.environ.get(MODE_ENV) == "offline":
-        kwargs.setdefault("create_interval", OFFLINE_CREATE_INTERVAL)
     return _pool_context(**kwargs)
 
 

@@ -24,7 +24,6 @@ from e2b import (
     TemplateException,
     TimeoutException,
 )
-from e2b.sandbox.sandbox_api import SandboxQuery
 
 from pytest_e2b_env.reward.protocol import (
     INBOX_DIR,
@@ -36,12 +35,9 @@ from pytest_e2b_env.reward.protocol import (
     resource_text,
     run_command,
 )
+from pytest_e2b_env.target import tags as target_tags
 
 ROLE = "reward-worker"
-RUN_KEY = "pytest_e2b_env_run"
-# Several pools share one run id (xdist workers, parallel trainers): the pool tag keeps each
-# pool's sweep to its own workers, so one pool's close() never kills another's.
-POOL_KEY = "pool"
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -103,8 +99,12 @@ class WorkerClient:
 
     @property
     def metadata(self) -> dict[str, str]:
-        """The tags every worker carries, also the sweep's query."""
-        return {RUN_KEY: self.run_id, "role": ROLE, POOL_KEY: self.pool_id}
+        """The tags every worker carries, also the sweep's query.
+
+        Several pools share one run id (xdist workers, parallel trainers): the pool tag keeps each
+        pool's sweep to its own workers, so one pool's close() never kills another's.
+        """
+        return target_tags.tags(self.run_id, ROLE, pool=self.pool_id)
 
     def _opts(self) -> dict[str, Any]:
         return {"request_timeout": self.request_timeout, **self.api_opts}
@@ -153,23 +153,14 @@ class WorkerClient:
 
     async def list_ids(self, *, whole_run: bool = False) -> list[str]:
         """Ids of every running or paused worker of this pool (of every pool of the run: ``whole_run``)."""
-        tags = {RUN_KEY: self.run_id, "role": ROLE} if whole_run else self.metadata
-        paginator = AsyncSandbox.list(query=SandboxQuery(metadata=tags), **self._opts())
-        ids: list[str] = []
-        while paginator.has_next:
-            ids += [info.sandbox_id for info in await paginator.next_items()]
-        return ids
+        tags = target_tags.tags(self.run_id, ROLE) if whole_run else self.metadata
+        # The one listing of target.tags, in a thread: the sync SDK must not block the pool's loop.
+        return await asyncio.to_thread(target_tags.list_ids, self._opts(), tags)
 
     async def sweep(self, attempts: int = 3) -> list[str]:
-        """Kill everything tagged with this run, then list again; returns the ids still alive."""
-        remaining: list[str] = []
-        for attempt in range(attempts):
-            remaining = await self.list_ids()
-            if not remaining:
-                return []
-            await asyncio.gather(*(self.kill(i) for i in remaining), return_exceptions=True)
-            await asyncio.sleep(0.2 * (attempt + 1))  # list lag on real E2B: look again before blaming
-        return await self.list_ids()
+        """Kill every worker tagged with this pool and confirm each gone; returns the ids still alive."""
+        kills = await asyncio.to_thread(target_tags.sweep, self._opts(), self.metadata, attempts=attempts)
+        return target_tags.unresolved(kills)
 
 
 def probe_source() -> bytes:

@@ -1,53 +1,68 @@
 """The target a run talks to: the local emulator (offline) or the fault proxy before real E2B (live).
 
-Both expose the same surface (``sdk_env``, ``faults``, ``sandboxes``, ``ledger_mark``,
-``ledger``), so drivers, verdicts and fixtures never ask which one they got. The SDK settings
-reach code under test only through :meth:`Target.scoped_env`, which restores the process
-environment afterwards so nothing leaks into the user's session.
+Both are a :class:`~pytest_e2b_env.target.backend.Backend` (``sdk_env``, ``faults``, ``sandboxes``,
+``ledger_mark``, ``ledger``...), so drivers, verdicts and fixtures never ask which one they got.
+The SDK settings reach code under test only through :meth:`Target.scoped_env`, which restores
+the process environment afterwards so nothing leaks into the user's session.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import uuid
 from typing import Any
 
 from pytest_e2b_env.environ import scoped_environ
 from pytest_e2b_env.errors import ConfigError, InfrastructureError
-
-RUN_ENV = "PYTEST_E2B_ENV_RUN"
-#: "offline" (the local emulator) or "live" (real E2B behind the fault proxy), set next to the run id.
-MODE_ENV = "PYTEST_E2B_ENV_MODE"
-SDK_KEYS = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")
-
-
-def new_run_id() -> str:
-    """A short, unique, metadata-safe run id."""
-    return "run-" + uuid.uuid4().hex[:12]
+from pytest_e2b_env.target.backend import Backend
+from pytest_e2b_env.target.settings import TargetSettings
+from pytest_e2b_env.target.tags import created_ids, kill_all, kill_and_confirm, unresolved
 
 
 class Target:
     """An opened emulator or fault proxy plus the run id stamped on everything.
 
-    ``backend`` is any object with the Emulator surface; :func:`open_target` makes one.
+    ``backend`` is a :class:`~pytest_e2b_env.target.backend.Backend`; :func:`open_target` makes one.
     """
 
-    def __init__(self, backend: Any, mode: str, run_id: str, closer: Any = None) -> None:
+    def __init__(self, backend: Backend, settings: TargetSettings, closer: Any = None) -> None:
         self.backend = backend
-        self.mode = mode
-        self.run_id = run_id
+        #: What was asked for (live: the upstream E2B); :attr:`settings` points at the backend.
+        self.requested = settings
+        self.settings = settings.replace(
+            api_key=backend.api_key, api_url=backend.url, sandbox_url=backend.url
+        )
         self._closer = closer
+
+    @property
+    def mode(self) -> str:
+        """``offline`` (the local emulator) or ``live`` (real E2B behind the fault proxy)."""
+        return self.settings.mode
+
+    @property
+    def run_id(self) -> str:
+        """The run id every sandbox of this target is tagged with."""
+        return self.settings.run_id
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready description for manifests and ``metrics.json``; never the key."""
+        upstream = self.requested.api_url if self.requested.live else self.endpoint
+        return {
+            "mode": self.mode,
+            "offline": not self.requested.live,
+            "run_id": self.run_id,
+            "api_url": upstream or self.requested.describe()["api_url"],
+            "isolation": self.isolation,
+        }
 
     @property
     def isolation(self) -> str:
         """The emulator's isolation level, or ``"e2b"`` live."""
-        return str(getattr(self.backend, "isolation", "e2b"))
+        return str(self.backend.isolation)
 
     @property
     def endpoint(self) -> str:
         """The URL the SDK talks to (never a key)."""
-        return str(getattr(self.backend, "url", ""))
+        return str(self.backend.url)
 
     @property
     def faults(self) -> Any:
@@ -55,16 +70,17 @@ class Target:
         return self.backend.faults
 
     def sdk_env(self) -> dict[str, str]:
-        """The E2B_* variables that point the real SDK at this target, plus the run id and mode."""
-        env = {key: str(value) for key, value in self.backend.sdk_env().items()}
-        env[RUN_ENV] = self.run_id
-        env[MODE_ENV] = self.mode
-        return env
+        """The SDK variables that point the real SDK at this target, plus the run id."""
+        return {key: value for key, value in self.settings.to_env().items() if value is not None}
+
+    def sdk_opts(self) -> dict[str, Any]:
+        """The same as keyword arguments: ``Sandbox.create(**target.sdk_opts())``."""
+        return dict(self.backend.sdk_opts())
 
     @property
     def api_key(self) -> str:
         """The key the SDK must use with this target (a secret: never print it)."""
-        return self.sdk_env()["E2B_API_KEY"]
+        return str(self.backend.api_key)
 
     def scoped_env(self) -> contextlib.AbstractContextManager[None]:
         """Point the SDK at the target for the duration of a block only."""
@@ -87,43 +103,42 @@ class Target:
         return list(self.backend.ledger(since=since))
 
     def kill(self, sandbox_id: str) -> bool:
-        """Kill one sandbox through the real SDK (used for leak cleanup); True when it is gone."""
-        from e2b import Sandbox  # lazy: the plugin must not import the SDK at load time
+        """Kill one sandbox through the real SDK and confirm it gone (used for leak cleanup)."""
+        return kill_and_confirm(sandbox_id, self._kill_opts()).confirmed
 
-        env = self.sdk_env()
-        try:
-            Sandbox.kill(
-                sandbox_id,
-                api_key=env["E2B_API_KEY"],
-                api_url=env["E2B_API_URL"],
-                request_timeout=10,
-            )
-        except Exception:
-            return False
-        return sandbox_id not in self.alive_ids()
+    def kill_all(self, ids: list[str]) -> list[str]:
+        """Kill and confirm gone each of ``ids``; the ids that would not die."""
+        return unresolved(kill_all(ids, self._kill_opts()))
+
+    def _kill_opts(self) -> dict[str, Any]:
+        return {**self.sdk_opts(), "request_timeout": 10}
+
+    def created_ids(self, since: int = 0) -> list[str]:
+        """Sandboxes this target's ledger recorded as created since ``since``, oldest first."""
+        return created_ids(self.ledger(since=since))
 
     def sweep(self) -> list[str]:
-        """Kill every live sandbox of this run created through this target; the ids that would not die.
+        """Kill every sandbox created through this target that is still alive; the ids that would not die.
 
-        Under xdist every worker shares the run id but has a target of its own, and live they share
-        one E2B account: sweeping only what this target's ledger saw created keeps one worker from
+        Exactly what this target's ledger saw created, whatever their metadata (code under test may
+        tag badly, or not at all): under xdist every worker shares the run id but has a target of
+        its own, and live they share one E2B account, so sweeping by ledger keeps one worker from
         killing another worker's sandboxes in the middle of a case.
         """
-        mine = {e["sandbox_id"] for e in self.ledger() if e.get("op") == "create" and e.get("sandbox_id")}
-        stuck = []
-        for box in self.sandboxes():
-            meta = box.get("metadata") or {}
-            sandbox_id = str(box["sandbox_id"])
-            ours = meta.get("pytest_e2b_env_run") == self.run_id and sandbox_id in mine
-            if ours and not self.kill(sandbox_id):
-                stuck.append(sandbox_id)
-        return stuck
+        alive = self.alive_ids()
+        return self.kill_all([sid for sid in self.created_ids() if sid in alive])
 
     def close(self) -> None:
         """Stop the emulator or proxy (the emulator kills its sandboxes on exit)."""
         if self._closer is not None:
             closer, self._closer = self._closer, None
             closer()
+
+    def __enter__(self) -> Target:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 def stale_run_lines(run_id: str) -> list[str]:
@@ -133,14 +148,9 @@ def stale_run_lines(run_id: str) -> list[str]:
     with the command that removes them, is the cheapest place to catch it. Never raises: a failed
     check is itself one line, and the run goes on.
     """
-    from pytest_e2b_env.proxy import DEFAULT_DOMAIN, LIVE_API_URL_ENV
     from pytest_e2b_env.reap import describe_stale_runs, find_stale_runs
 
-    domain = os.environ.get("E2B_DOMAIN") or DEFAULT_DOMAIN
-    opts = {
-        "api_key": os.environ.get("E2B_API_KEY", ""),
-        "api_url": os.environ.get(LIVE_API_URL_ENV) or f"https://api.{domain}",
-    }
+    opts = TargetSettings.from_env(live=True, run_id=run_id).sdk_opts()
     try:
         runs = find_stale_runs(opts, exclude_run_id=run_id)
     except Exception as exc:
@@ -149,20 +159,25 @@ def stale_run_lines(run_id: str) -> list[str]:
     return describe_stale_runs(runs, live=True)
 
 
-def open_target(live: bool, run_id: str) -> Target:
-    """Start the emulator (offline) or the fault proxy in front of real E2B (live)."""
-    if live:
-        if not os.environ.get("E2B_API_KEY"):
+def open_target(settings: TargetSettings) -> Target:
+    """The only way to open a target: the emulator (``mode="offline"``) or the fault proxy before
+    real E2B at ``settings.api_url`` (``mode="live"``, e.g. ``TargetSettings.from_env(live=True)``).
+
+    The returned :class:`Target` is a context manager; leaving it (or ``close()``) stops what it
+    started.
+    """
+    if settings.live:
+        if not settings.api_key:
             raise ConfigError("--e2b-live needs E2B_API_KEY in the environment; export it or drop --e2b-live")
         try:
             from pytest_e2b_env.proxy import FaultProxy
         except ImportError as exc:
             raise InfrastructureError(f"the live fault proxy is unavailable: {type(exc).__name__}") from None
-        proxy = FaultProxy()
+        proxy = FaultProxy(settings.api_url, settings.sandbox_url, api_key=settings.api_key)
         proxy.__enter__()
-        return Target(proxy, "live", run_id, closer=lambda: proxy.__exit__(None, None, None))
+        return Target(proxy, settings, closer=proxy.close)
     from pytest_e2b_env.emulator import Emulator
 
     emulator = Emulator()
     emulator.__enter__()
-    return Target(emulator, "offline", run_id, closer=lambda: emulator.__exit__(None, None, None))
+    return Target(emulator, settings, closer=emulator.close)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_e2b_env.evidence.records import criterion
+from pytest_e2b_env.target.tags import created_entries
 from pytest_e2b_env.training.record import RunRecord
 
 CASE_IDS = {
@@ -38,18 +39,17 @@ def _iso(t: Any) -> Any:
 
 def sandbox_summary(ledger: list[dict[str, Any]], alive: list[str]) -> dict[str, Any]:
     """Counts of sandbox operations in an emulator ledger, and the cleanup record of each sandbox."""
-    created: dict[str, dict[str, Any]] = {}
+    created: dict[str, dict[str, Any]] = {
+        sandbox_id: {"sandbox_id": sandbox_id, "created_at": _iso(entry.get("t"))}
+        for sandbox_id, entry in created_entries(ledger).items()
+    }
     ops: dict[str, int] = {}
     for entry in ledger:
         op = str(entry.get("op"))
         ops[op] = ops.get(op, 0) + 1
         sandbox_id = entry.get("sandbox_id")
-        if not sandbox_id:
-            continue
         ok = isinstance(entry.get("status"), int) and entry["status"] < 400
-        if op == "create" and ok:
-            created.setdefault(sandbox_id, {"sandbox_id": sandbox_id, "created_at": _iso(entry.get("t"))})
-        elif op == "kill" and ok and sandbox_id in created:
+        if op == "kill" and ok and sandbox_id in created:
             created[sandbox_id]["confirmed_absent_at"] = _iso(entry.get("t"))
     for sandbox_id, rec in created.items():
         if sandbox_id in alive:

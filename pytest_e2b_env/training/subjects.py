@@ -11,50 +11,23 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_e2b_env.data import fixtures_dir
 from pytest_e2b_env.errors import CleanupError, ConfigError, InfrastructureError
+from pytest_e2b_env.target.tags import RUN_KEY, list_ids
 from pytest_e2b_env.toolsurface import tool_methods
 from pytest_e2b_env.training.timing import StageClock, timed, timed_env_class
 from pytest_e2b_env.training.tiny import Example
 
-RUN_KEY = "pytest_e2b_env_run"
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where sandboxes come from. ``api_opts`` holds the key: never print or record it."""
-
-    offline: bool
-    run_id: str
-    api_opts: dict[str, str] = field(repr=False)
-    isolation: str | None = None
-
-    def describe(self) -> dict[str, Any]:
-        """The target for ``metrics.json``: endpoint and isolation, never the key."""
-        return {
-            "offline": self.offline,
-            "run_id": self.run_id,
-            "api_url": self.api_opts.get("api_url") or "https://api.e2b.app (SDK default)",
-            "isolation": self.isolation,
-        }
+if TYPE_CHECKING:
+    from pytest_e2b_env.target import Target
 
 
 def live_sandboxes(target: Target) -> list[str]:
     """Ids of sandboxes still alive that carry this run's id in their metadata."""
-    import e2b
-
-    opts: dict[str, Any] = dict(target.api_opts)
-    paginator = e2b.Sandbox.list(
-        query=e2b.SandboxQuery(metadata={RUN_KEY: target.run_id}), request_timeout=15, **opts
-    )
-    found: list[str] = []
-    while paginator.has_next:
-        found += [info.sandbox_id for info in paginator.next_items()]
-    return found
+    return list_ids(target.sdk_opts(), {RUN_KEY: target.run_id})
 
 
 def check_no_leaks(target: Target, attempts: int = 3, pause: float = 1.0) -> dict[str, Any]:
@@ -63,8 +36,6 @@ def check_no_leaks(target: Target, attempts: int = 3, pause: float = 1.0) -> dic
     Live E2B may list a just-killed sandbox for a moment, so a non-empty listing is re-read
     (``attempts`` times, ``pause`` seconds apart) before anything counts as a leak.
     """
-    import e2b
-
     alive = live_sandboxes(target)
     for _ in range(attempts - 1):
         if not alive:
@@ -73,16 +44,10 @@ def check_no_leaks(target: Target, attempts: int = 3, pause: float = 1.0) -> dic
         alive = live_sandboxes(target)
     if not alive:
         return {"leaked": []}
-    unresolved = []
-    opts: dict[str, Any] = dict(target.api_opts)
-    for sandbox_id in alive:
-        try:
-            e2b.Sandbox.kill(sandbox_id, request_timeout=15, **opts)
-        except Exception:
-            unresolved.append(sandbox_id)
+    stuck = target.kill_all(alive)
     raise CleanupError(
         f"{len(alive)} sandbox(es) of run {target.run_id} were still alive after the subject closed "
-        f"({len(unresolved)} could not be killed); the subject leaks sandboxes",
+        f"({len(stuck)} could not be killed); the subject leaks sandboxes",
         alive,
     )
 
@@ -99,7 +64,7 @@ class RewardSubject:
         self.pool = RewardPool(
             workers=settings.sandbox_workers,
             create_interval=settings.create_interval,
-            api_opts=dict(target.api_opts),
+            api_opts=target.sdk_opts(),
             run_id=target.run_id,
         )
         self._tasks = load_reward_tasks()

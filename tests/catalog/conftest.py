@@ -6,13 +6,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from pytest_e2b_env.target import Target, new_run_id, open_target
+from pytest_e2b_env.target import Target, TargetSettings, new_run_id, open_target
 
 
 @pytest.fixture(scope="module")
 def target() -> Iterator[Target]:
     """One emulator for the module."""
-    opened = open_target(False, new_run_id())
+    opened = open_target(TargetSettings(run_id=new_run_id()))
     try:
         yield opened
     finally:

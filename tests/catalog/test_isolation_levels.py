@@ -11,7 +11,7 @@ from pytest_e2b_env.catalog.loader import load_cases
 from pytest_e2b_env.catalog.runner import run_case
 from pytest_e2b_env.data import cases_dir
 from pytest_e2b_env.emulator import Emulator
-from pytest_e2b_env.target import Target, new_run_id
+from pytest_e2b_env.target import Target, TargetSettings, new_run_id
 
 SPECS = {"reward": "pytest_e2b_env.reward:reward_subject", "episode": "catalog_subjects:TinyEpisode"}
 
@@ -22,7 +22,7 @@ def process_target() -> Iterator[Target]:
     emulator = Emulator(isolation="process")
     emulator.__enter__()
     try:
-        yield Target(emulator, "offline", new_run_id(), closer=lambda: emulator.__exit__(None, None, None))
+        yield Target(emulator, TargetSettings(run_id=new_run_id()))
     finally:
         emulator.__exit__(None, None, None)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_e2b_env.catalog.validate import build_parser, pytest_args
+from pytest_e2b_env.cli.validate import build_parser, pytest_args
 
 
 def test_validate_builds_a_catalog_only_pytest_run(tmp_path: Path) -> None:
@@ -22,6 +22,13 @@ def test_validate_builds_a_catalog_only_pytest_run(tmp_path: Path) -> None:
     assert args[args.index("-k") + 1] == "auth"
 
 
+def test_validate_passes_the_run_id_as_an_option(tmp_path: Path) -> None:
+    """--run-id reaches the plugin as its --e2b-run-id option (not through os.environ)."""
+    options = build_parser().parse_args(["--run-id", "ci-77"])
+    args = pytest_args(options, tmp_path)
+    assert args[args.index("--e2b-run-id") + 1] == "ci-77"
+
+
 def test_validate_rejects_unknown_subject_kind() -> None:
     """--subject accepts reward, episode or all."""
     with pytest.raises(SystemExit):
@@ -31,7 +38,7 @@ def test_validate_rejects_unknown_subject_kind() -> None:
 @pytest.mark.slow
 def test_validate_reward_auth_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """validate --subject reward -k auth passes the auth case and writes one complete bundle."""
-    from pytest_e2b_env.catalog.validate import main
+    from pytest_e2b_env.cli.validate import main
 
     monkeypatch.chdir(tmp_path)
     assert main(["--subject", "reward", "-k", "auth", "--output", "ev", "-q"]) == 0

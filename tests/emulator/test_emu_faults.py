@@ -18,7 +18,7 @@ from e2b import (
 )
 
 from pytest_e2b_env.emulator import Emulator
-from pytest_e2b_env.errors import EmulatorError
+from pytest_e2b_env.errors import FaultRuleError
 
 
 def test_429_with_retry_after_is_retried_by_the_sdk(emu: Emulator, faults: Any, opts: dict[str, str]) -> None:
@@ -115,9 +115,9 @@ def test_after_skips_the_first_matches(sbx: Any, faults: Any) -> None:
 
 def test_bad_rule_is_rejected_with_the_reason(faults: Any) -> None:
     """An answer with no or two kinds is refused with a message naming the fix."""
-    with pytest.raises(EmulatorError, match="exactly one of"):
+    with pytest.raises(FaultRuleError, match="exactly one of"):
         faults.add(route="*", answer={"status": 500, "delay": 1})
-    with pytest.raises(EmulatorError, match="exactly one of"):
+    with pytest.raises(FaultRuleError, match="exactly one of"):
         faults.add(route="*", answer={})
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -212,11 +211,18 @@ def test_limits_reject_unknown_or_bad_fields() -> None:
 
 
 def test_cli_rejects_bad_limits_in_one_line() -> None:
-    """A malformed PYTEST_E2B_ENV_EMULATOR_LIMITS makes the CLI exit 2 with one line naming the field."""
-    env = {**os.environ, "PYTEST_E2B_ENV_EMULATOR_LIMITS": '{"file_bytes": -1}'}
+    """A malformed --limits makes the CLI exit 2 with one line naming the field."""
     done = subprocess.run(
-        [sys.executable, "-m", "pytest_e2b_env.emulator.cli", "--port", "0"],
-        env=env,
+        [
+            sys.executable,
+            "-m",
+            "pytest_e2b_env.cli",
+            "emulator",
+            "--port",
+            "0",
+            "--limits",
+            '{"file_bytes": -1}',
+        ],
         capture_output=True,
         text=True,
         timeout=60,

@@ -13,8 +13,9 @@ import pytest
 
 from pytest_e2b_env.emulator import Emulator
 from pytest_e2b_env.episode.client import ReportEpisode
-from pytest_e2b_env.episode.sandboxes import RUN_KEY, SandboxTarget
 from pytest_e2b_env.episode.server import LoopbackServer, create_app
+from pytest_e2b_env.target.settings import TargetSettings
+from pytest_e2b_env.target.tags import RUN_KEY
 
 
 @pytest.fixture(scope="session")
@@ -25,19 +26,18 @@ def emu() -> Iterator[Emulator]:
 
 
 @pytest.fixture(scope="session")
-def target(emu: Emulator) -> SandboxTarget:
+def target(emu: Emulator) -> TargetSettings:
     """SDK settings for the emulator with a run id of this test session."""
-    env = emu.sdk_env()
-    return SandboxTarget(
-        api_key=env["E2B_API_KEY"],
-        api_url=env["E2B_API_URL"],
-        sandbox_url=env["E2B_SANDBOX_URL"],
+    return TargetSettings(
+        api_key=emu.api_key,
+        api_url=emu.url,
+        sandbox_url=emu.url,
         run_id=f"episode-tests-{uuid.uuid4().hex[:8]}",
     )
 
 
 @pytest.fixture(scope="module")
-def server(target: SandboxTarget) -> Iterator[LoopbackServer]:
+def server(target: TargetSettings) -> Iterator[LoopbackServer]:
     """A real OpenEnv server for this module (four sessions at most)."""
     with LoopbackServer(create_app(target=target, max_sessions=4)) as srv:
         yield srv

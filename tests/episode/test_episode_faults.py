@@ -10,9 +10,9 @@ from episode_helpers import make_row, ops
 
 from pytest_e2b_env.emulator import Emulator
 from pytest_e2b_env.episode.client import ReportEpisode
-from pytest_e2b_env.episode.sandboxes import SandboxTarget
 from pytest_e2b_env.episode.task import load_repair
 from pytest_e2b_env.errors import CleanupError, InfrastructureError
+from pytest_e2b_env.target.settings import TargetSettings
 
 Factory = Callable[[], ReportEpisode]
 VERIFY_COMMAND = "python3 -B report.py"
@@ -119,13 +119,13 @@ def test_lost_policy_swallowed_by_tool_loop_still_raises(episode: Factory, emu: 
         env.get_reward()
 
 
-def test_policy_gone_before_reward_raises(episode: Factory, target: SandboxTarget) -> None:
+def test_policy_gone_before_reward_raises(episode: Factory, target: TargetSettings) -> None:
     """No submission and a dead policy sandbox: get_reward raises instead of accepting 0."""
     import e2b
 
     env = episode()
     env.reset(**make_row())
-    e2b.Sandbox.kill(policy_id(env), **target.opts())
+    e2b.Sandbox.kill(policy_id(env), **target.sdk_opts())
     with pytest.raises(InfrastructureError):
         env.get_reward()
 
@@ -219,7 +219,7 @@ def test_lost_reset_response_is_swept(episode: Factory, emu: Emulator) -> None:
     assert env.get_reward() == 0.0
 
 
-def test_server_gone_mid_episode_raises_and_releases(target: SandboxTarget, emu: Emulator) -> None:
+def test_server_gone_mid_episode_raises_and_releases(target: TargetSettings, emu: Emulator) -> None:
     """The OpenEnv server stops mid-episode: tools and get_reward raise; the session's sandbox is released."""
     from pytest_e2b_env.episode.server import LoopbackServer, create_app
 

@@ -14,10 +14,11 @@ from episode_helpers import make_row, ops, write_file
 
 from pytest_e2b_env.emulator import Emulator
 from pytest_e2b_env.episode.client import ReportEpisode
-from pytest_e2b_env.episode.sandboxes import RUN_KEY, SandboxTarget
 from pytest_e2b_env.episode.server import LoopbackServer, create_app
 from pytest_e2b_env.episode.task import load_repair
 from pytest_e2b_env.errors import InfrastructureError
+from pytest_e2b_env.target.settings import TargetSettings
+from pytest_e2b_env.target.tags import RUN_KEY
 
 Factory = Callable[[], ReportEpisode]
 HIDDEN_ANSWER = '{"north": 11, "south": 5}'
@@ -49,7 +50,7 @@ def test_construction_allocates_nothing() -> None:
 
 
 def test_sandboxes_are_tagged_offline_and_bounded(
-    episode: Factory, emu: Emulator, target: SandboxTarget
+    episode: Factory, emu: Emulator, target: TargetSettings
 ) -> None:
     """Policy and verifier carry run-id metadata and a role, have no internet and a lifetime."""
     env = episode()
@@ -184,7 +185,7 @@ def test_parallel_episodes_stay_isolated(episode: Factory) -> None:
     assert len(set(ids)) == 4
 
 
-def test_sessions_are_bounded(target: SandboxTarget) -> None:
+def test_sessions_are_bounded(target: TargetSettings) -> None:
     """A server for one session refuses a second concurrent episode with CAPACITY_REACHED."""
     with LoopbackServer(create_app(target=target, max_sessions=1)) as srv:
         first, second = ReportEpisode(srv.url), ReportEpisode(srv.url)

@@ -11,8 +11,9 @@ import pytest
 
 from pytest_e2b_env.emulator import Emulator
 from pytest_e2b_env.episode.client import ReportEpisode
-from pytest_e2b_env.episode.sandboxes import RUN_KEY, SandboxTarget
 from pytest_e2b_env.episode.server import LoopbackServer
+from pytest_e2b_env.target.settings import TargetSettings
+from pytest_e2b_env.target.tags import RUN_KEY
 
 
 @pytest.mark.slow  # a second Python process importing openenv: 5-25 s on a shared 2-core machine
@@ -38,7 +39,7 @@ def test_only_terminal_is_an_mcp_tool(server: LoopbackServer) -> None:
 
 
 def test_stateless_http_reset_leaves_nothing(
-    server: LoopbackServer, emu: Emulator, target: SandboxTarget
+    server: LoopbackServer, emu: Emulator, target: TargetSettings
 ) -> None:
     """POST /reset and /step build a throwaway environment: no sandbox is created or left behind."""
     mark = emu.ledger_mark()

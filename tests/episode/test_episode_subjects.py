@@ -20,10 +20,11 @@ from episode_helpers import make_row, write_file
 
 from pytest_e2b_env.emulator import Emulator
 from pytest_e2b_env.episode.client import ReportEpisode
-from pytest_e2b_env.episode.sandboxes import SandboxTarget, confirm_gone, sweep
+from pytest_e2b_env.episode.sandboxes import confirm_gone, sweep
 from pytest_e2b_env.episode.server import LoopbackServer
 from pytest_e2b_env.episode.task import load_repair
 from pytest_e2b_env.errors import E2BEnvError
+from pytest_e2b_env.target.settings import TargetSettings
 
 SUBJECTS = Path(__file__).resolve().parents[2] / "fixtures" / "subjects"
 FAMILIES = {
@@ -51,7 +52,7 @@ def load_subject(name: str) -> ModuleType:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def plugin_env(emu: Emulator, target: SandboxTarget, server: LoopbackServer) -> Iterator[None]:
+def plugin_env(emu: Emulator, target: TargetSettings, server: LoopbackServer) -> Iterator[None]:
     """What the plugin does before building a subject: E2B_* and the run id in the environment."""
     with pytest.MonkeyPatch.context() as mp:
         for key, value in emu.sdk_env().items():
@@ -169,7 +170,7 @@ def test_lost_verifier(subjects: list[ReportEpisode], emu: Emulator, name: str |
 
 @pytest.mark.parametrize("name", [None, "commit_before_cleanup"])
 def test_verifier_kill_failure(
-    subjects: list[ReportEpisode], emu: Emulator, target: SandboxTarget, name: str | None
+    subjects: list[ReportEpisode], emu: Emulator, target: TargetSettings, name: str | None
 ) -> None:
     """episode_commit_before_cleanup returns 1.0 although the verifier survived; the reference raises."""
     env = build(subjects, name)
@@ -186,7 +187,7 @@ def test_verifier_kill_failure(
 
 
 @pytest.mark.parametrize("name", [None, "leaks_policy"])
-def test_policy_leak(subjects: list[ReportEpisode], target: SandboxTarget, name: str | None) -> None:
+def test_policy_leak(subjects: list[ReportEpisode], target: TargetSettings, name: str | None) -> None:
     """episode_leaks_policy leaves the policy sandbox alive after get_reward; the reference leaves none."""
     env = build(subjects, name)
     env.reset(**make_row())

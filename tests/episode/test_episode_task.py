@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_e2b_env.episode.runtime import format_outcome
-from pytest_e2b_env.episode.sandboxes import CommandOutcome, SandboxTarget
+from pytest_e2b_env.episode.sandboxes import CommandOutcome
 from pytest_e2b_env.episode.task import (
     Limits,
     grade_output,
@@ -24,6 +24,7 @@ from pytest_e2b_env.episode.task import (
     task_row,
 )
 from pytest_e2b_env.errors import ConfigError
+from pytest_e2b_env.target.settings import TargetSettings
 
 keys = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=8)
 answers = st.dictionaries(keys, st.integers(-(10**12), 10**12), min_size=1, max_size=6)
@@ -163,8 +164,8 @@ def test_outcome_formatting_for_the_policy() -> None:
 
 
 def test_target_reads_env_and_hides_key() -> None:
-    """SandboxTarget comes from E2B_* and PYTEST_E2B_ENV_RUN; its repr never shows the key."""
-    target = SandboxTarget.from_env(
+    """TargetSettings comes from E2B_* and PYTEST_E2B_ENV_RUN; its repr never shows the key."""
+    target = TargetSettings.from_env(
         {
             "E2B_API_KEY": "e2b_secret_value",
             "E2B_API_URL": "http://127.0.0.1:1",
@@ -172,6 +173,6 @@ def test_target_reads_env_and_hides_key() -> None:
         }
     )
     assert target.run_id == "run-7"
-    assert target.opts()["api_url"] == "http://127.0.0.1:1"
-    assert "sandbox_url" not in target.opts()
+    assert target.sdk_opts()["api_url"] == "http://127.0.0.1:1"
+    assert "sandbox_url" not in target.sdk_opts()
     assert "e2b_secret_value" not in repr(target)

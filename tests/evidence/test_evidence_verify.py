@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_e2b_env import cli
+from pytest_e2b_env.cli.verify import main
 from pytest_e2b_env.evidence import BundleWriter, verify_bundle
 from pytest_e2b_env.evidence.checksums import write_sums
-from pytest_e2b_env.evidence.verify import main
 
 # Every file of the layout, one of each kind (case files of a sample case).
 LAYOUT_FILES = [

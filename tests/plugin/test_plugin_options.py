@@ -113,6 +113,23 @@ def test_header_shows_mode_and_run_id(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["e2b: mode=offline run_id=run-* isolation=*"])
 
 
+def test_run_id_option_wins_and_the_environment_does_not(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--e2b-run-id sets the run id; a PYTEST_E2B_ENV_RUN left in the shell is not read."""
+    monkeypatch.setenv("PYTEST_E2B_ENV_RUN", "from-the-shell")
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest("--e2b-run-id", "ci-1234")
+    result.stdout.fnmatch_lines(["e2b: mode=offline run_id=ci-1234 isolation=*"])
+    assert "from-the-shell" not in result.stdout.str()
+
+
+def test_bad_run_id_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    """A run id that cannot be sandbox metadata is rejected with the value and an example."""
+    result = pytester.runpytest("--e2b-run-id", "a b")
+    result.stderr.fnmatch_lines(["*--e2b-run-id='a b' is not a metadata-safe run id*--e2b-run-id ci-1234*"])
+
+
 def test_header_shows_emulator_isolation_for_catalog_runs(project: pytest.Pytester) -> None:
     """With catalog cases to run, the header shows the started emulator's isolation level."""
     result = project.runpytest("-k", "no-fence")

@@ -143,7 +143,7 @@ async def test_rules_filter_by_sandbox_and_skip_after(proxy: FaultProxy, sdk: An
 
 
 def test_bad_rule_is_rejected_with_the_fix(proxy: FaultProxy) -> None:
-    """A malformed fault answer is a ConfigError that shows a valid example."""
+    """A malformed fault answer is a FaultRuleError (a ConfigError) that shows a valid example."""
     with pytest.raises(ConfigError, match=r"exactly one of status.*e\.g\."):
         proxy.faults.add(route="*", answer={"status": 429, "lose_sandbox": True})
     proxy.faults.add(route="*", answer={"status": 503})

@@ -77,3 +77,15 @@ def test_close_from_another_thread_runs_on_the_pool_loop(emulator: Emulator, run
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=10)
         loop.close()
+
+
+async def test_subject_builds_the_pool_train_py_builds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bundled subject's pool has train.py's workers and pacing, whatever the environment says."""
+    from pytest_e2b_env.cli.train import parse_settings
+
+    monkeypatch.setenv("PYTEST_E2B_ENV_MODE", "offline")  # the removed switch must change nothing
+    train = parse_settings(["--tiny", "--offline"], environ={})
+    async with reward_subject() as reward:
+        pool = reward.__self__  # type: ignore[attr-defined]
+        assert (pool.workers, pool.create_interval) == (train.sandbox_workers, train.create_interval)
+        assert pool.create_interval == 1.0

@@ -10,10 +10,11 @@ from pathlib import Path
 import e2b
 import pytest
 
+from pytest_e2b_env.cli.train import parse_settings
 from pytest_e2b_env.emulator import Emulator
 from pytest_e2b_env.errors import CleanupError
-from pytest_e2b_env.training.settings import parse_settings
-from pytest_e2b_env.training.subjects import RUN_KEY, RewardSubject, Target, check_no_leaks
+from pytest_e2b_env.target import Target, TargetSettings
+from pytest_e2b_env.training.subjects import RUN_KEY, RewardSubject, check_no_leaks
 from pytest_e2b_env.training.timing import StageClock
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,7 +41,7 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
 
 
 def _target(emu: Emulator, run_id: str) -> Target:
-    return Target(True, run_id, dict(emu.sdk_opts()), emu.isolation)
+    return Target(emu, TargetSettings(run_id=run_id))  # no closer: the module's emulator outlives it
 
 
 def test_no_leaks_when_nothing_of_the_run_is_alive(emu: Emulator) -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pytest_e2b_env.cli.train import parse_settings
 from pytest_e2b_env.errors import CleanupError
 from pytest_e2b_env.evidence import verify_bundle
-from pytest_e2b_env.training.cli import Progress, _finish
 from pytest_e2b_env.training.evidence import CASE_IDS, sandbox_summary, training_cases, write_bundle
 from pytest_e2b_env.training.record import RunRecord
-from pytest_e2b_env.training.settings import parse_settings
+from pytest_e2b_env.training.run import Progress, _finish
 
 LEDGER = [
     {"t": 10.0, "op": "create", "sandbox_id": "a", "status": 201},

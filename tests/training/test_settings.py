@@ -11,8 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_e2b_env.training.cli import main
-from pytest_e2b_env.training.settings import MissingKeyError, parse_settings
+from pytest_e2b_env.cli.train import MissingKeyError, main, parse_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = {"E2B_API_KEY": "e2b_test_not_a_real_key"}
@@ -97,7 +96,7 @@ def test_missing_key_fails_before_any_model_loads() -> None:
     """train.py without a key prints one error line, exits 2, and never imports torch or trl."""
     env = {k: v for k, v in os.environ.items() if k != "E2B_API_KEY"}
     probe = (
-        "import sys; from pytest_e2b_env.training.cli import main; "
+        "import sys; from pytest_e2b_env.cli.train import main; "
         "rc = main(['--tiny', '--mode', 'episode']);"
         "print(sorted(m for m in ('torch', 'trl', 'transformers', 'e2b') if m in sys.modules)); sys.exit(rc)"
     )

@@ -8,11 +8,9 @@ skipped with a reason) and the bundle is complete, non-zero otherwise.
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 from pathlib import Path
 
-RUN_ENV = "PYTEST_E2B_ENV_RUN"
 REFERENCE = {
     "reward": "pytest_e2b_env.reward:reward_subject",
     "episode": "pytest_e2b_env.episode:ReportEpisode",
@@ -83,6 +81,8 @@ def pytest_args(options: argparse.Namespace, empty_dir: Path) -> list[str]:
         args.append("--e2b-live")
     if options.keyword:
         args += ["-k", options.keyword]
+    if options.run_id:
+        args += ["--e2b-run-id", options.run_id]
     if options.workers:
         args += ["-p", "xdist", "-n", str(options.workers)]
     args.append("-q" if options.quiet else "-v")
@@ -94,15 +94,7 @@ def main(argv: list[str]) -> int:
     import pytest
 
     options = build_parser().parse_args(argv)
-    if options.run_id:
-        os.environ[RUN_ENV] = options.run_id  # the plugin reads the run id from here
     with tempfile.TemporaryDirectory(prefix="pytest-e2b-env-validate-") as tmp:
         empty = Path(tmp)
         (empty / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
         return int(pytest.main(pytest_args(options, empty)))
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(main(sys.argv[1:]))

@@ -1,6 +1,8 @@
-"""The ``pytest-e2b-env`` console script: a thin dispatcher.
+"""The ``pytest-e2b-env`` console script: a thin dispatcher over this package's commands.
 
-Each subcommand lives beside the code it drives and is imported only when chosen, so
+Every command's argument parsing and ``main(argv) -> int`` lives here, in ``cli/<command>.py``,
+above every library layer: the emulator, proxy, reward, episode, catalog, evidence, target and
+training never import this package. Each command module is imported only when chosen, so
 ``pytest-e2b-env --help`` stays instant and one broken subsystem cannot break the others.
 """
 
@@ -12,12 +14,12 @@ from collections.abc import Sequence
 
 # subcommand -> (module with ``main(argv) -> int``, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "emulator": ("pytest_e2b_env.emulator.cli", "serve the local E2B emulator"),
-    "validate": ("pytest_e2b_env.catalog.validate", "run the case catalog and write an evidence bundle"),
-    "verify-evidence": ("pytest_e2b_env.evidence.verify", "recheck an evidence bundle"),
-    "reap": ("pytest_e2b_env.reap", "kill sandboxes tagged by this tool"),
-    "smoke": ("pytest_e2b_env.smoke", "run the reward or episode smoke and print a JSON receipt"),
-    "train": ("pytest_e2b_env.training.cli", "TRL GRPO on the reward pool or the episode (same as train.py)"),
+    "emulator": ("pytest_e2b_env.cli.emulator", "serve the local E2B emulator"),
+    "validate": ("pytest_e2b_env.cli.validate", "run the case catalog and write an evidence bundle"),
+    "verify-evidence": ("pytest_e2b_env.cli.verify", "recheck an evidence bundle"),
+    "reap": ("pytest_e2b_env.cli.reap", "kill sandboxes tagged by this tool"),
+    "smoke": ("pytest_e2b_env.cli.smoke", "run the reward or episode smoke and print a JSON receipt"),
+    "train": ("pytest_e2b_env.cli.train", "TRL GRPO on the reward pool or the episode (same as train.py)"),
 }
 
 
@@ -30,6 +32,7 @@ def _usage() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Dispatch ``argv`` (default ``sys.argv[1:]``) to one command; its exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in {"-h", "--help", "help"}:
         print(_usage())

@@ -7,16 +7,10 @@ The first stdout lines are shell-sourceable (``E2B_API_URL=...``, ``E2B_SANDBOX_
 from __future__ import annotations
 
 import argparse
-import ctypes
-import os
-import signal
 import sys
 from typing import NoReturn
 
 from pytest_e2b_env.errors import EmulatorError
-
-PR_SET_PDEATHSIG = 1
-OWNER_ENV = "PYTEST_E2B_ENV_EMULATOR_OWNER"  # pid of the process that started us (set by Emulator)
 
 
 def _port(value: str) -> int:
@@ -56,16 +50,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="exit (killing every sandbox) when the parent process dies; used by Emulator()",
     )
+    parser.add_argument(
+        "--limits",
+        default="",
+        metavar="JSON",
+        help="caps on untrusted input as a JSON object, e.g. '{\"file_bytes\": 1048576}' (docs/emulator.md)",
+    )
     return parser
-
-
-def _die_with_parent() -> None:
-    """Ask the kernel for SIGTERM when our parent dies, and handle the race where it already has."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    owner = int(os.environ.get(OWNER_ENV) or 0)
-    if os.getppid() == 1 or (owner and os.getppid() != owner):  # the owner died before prctl
-        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def main(argv: list[str]) -> int:
@@ -76,30 +67,22 @@ def main(argv: list[str]) -> int:
     except SystemExit as exc:  # argparse already printed the one-line reason
         return int(exc.code or 0)
     from pytest_e2b_env.emulator.limits import Limits
-    from pytest_e2b_env.emulator.listen import bind, new_api_key
+    from pytest_e2b_env.emulator.listen import serve_forever
 
     try:
-        Limits.from_env()  # a bad PYTEST_E2B_ENV_EMULATOR_LIMITS is misuse: one line, exit 2
-    except ValueError as exc:
+        limits = Limits.parse(args.limits)
+    except ValueError as exc:  # a bad --limits is misuse: one line, exit 2
         print(f"pytest-e2b-env emulator: {exc}", file=sys.stderr)
         return 2
-
     try:
-        sock = bind(args.host, args.port)
+        serve_forever(
+            args.host,
+            args.port,
+            isolation=None if args.isolation == "auto" else args.isolation,
+            die_with_parent=args.die_with_parent,
+            limits=limits,
+        )
     except EmulatorError as exc:
         print(f"pytest-e2b-env emulator: {exc}", file=sys.stderr)
         return 2
-    if args.die_with_parent:
-        _die_with_parent()
-    from pytest_e2b_env.emulator import envd_stubs
-
-    envd_stubs.load()  # before the server imports them: skips ~2 s of SDK import
-    from pytest_e2b_env.emulator.server import load_backend, serve
-
-    backend = load_backend(None if args.isolation == "auto" else args.isolation)
-    serve(sock, backend, os.environ.get("PYTEST_E2B_ENV_EMULATOR_KEY") or new_api_key())
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

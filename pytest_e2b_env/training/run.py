@@ -1,18 +1,19 @@
-"""``train.py`` / ``pytest-e2b-env train``: GRPO on the validated reward pool or episode.
+"""One training run, end to end: GRPO on the validated reward pool or episode.
 
-Order of events: parse (bad flags and a missing ``E2B_API_KEY`` fail here, before anything
-heavy loads), start the target (the local emulator with ``--offline``), build the subject,
-preflight it, build and warm up the tiny model (``--tiny``), baseline -> train -> held-out
-evaluation, then in ``finally``: close the subject, prove no sandbox of the run is alive,
-stop the emulator, write ``metrics.json`` and the evidence bundle. Any failure, cleanup
-included, is recorded and makes the exit code non-zero.
+``train.py`` / ``pytest-e2b-env train`` (:mod:`pytest_e2b_env.cli.train`) parse the flags, then
+call :func:`run`. Order of events: parse (bad flags and a missing ``E2B_API_KEY`` fail there,
+before anything heavy loads), open the target (``open_target``: the local emulator with
+``--offline``, else the fault proxy before real E2B), build the subject, preflight it, build and
+warm up the tiny model (``--tiny``), baseline -> train -> held-out evaluation, then in
+``finally``: close the subject, prove no sandbox of the run is alive, stop the target, write
+``metrics.json`` and the evidence bundle. Any failure, cleanup included, is recorded and makes
+the exit code non-zero.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -20,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from pytest_e2b_env.environ import scoped_environ
+from pytest_e2b_env.target import Target, open_target
+from pytest_e2b_env.target.settings import TargetSettings, env_api_key
 from pytest_e2b_env.training.record import RunRecord
-from pytest_e2b_env.training.settings import PROG, MissingKeyError, TrainSettings, parse_settings
-from pytest_e2b_env.training.subjects import Target
+from pytest_e2b_env.training.settings import PROG, TrainSettings
 from pytest_e2b_env.training.timing import StageClock
 
 #: Set before transformers is imported, so nothing ever waits on the hub (user values win).
@@ -114,24 +116,25 @@ def _finish(record: RunRecord, subject: Any, target: Target | None, say: Progres
         say("[cleanup] subject closed, no sandbox of the run left alive")
 
 
-def _stop_emulator(record: RunRecord, emulator: Any, say: Progress) -> tuple[Any, Any]:
-    """Read the emulator's ledger and live sandboxes, then stop it; return (ledger, summary)."""
+def _stop_target(record: RunRecord, target: Target, say: Progress) -> tuple[Any, Any]:
+    """Read the target's ledger and the run's live sandboxes, then stop it; return (ledger, summary)."""
     from pytest_e2b_env.training.evidence import sandbox_summary
 
     ledger = sandboxes = None
     try:
-        ledger = emulator.ledger()
-        alive = [s["sandbox_id"] for s in emulator.sandboxes()]
+        ledger = target.ledger()
+        alive_now = target.alive_ids()
+        alive = [sid for sid in target.created_ids() if sid in alive_now]  # live: not the whole team
         sandboxes = sandbox_summary(ledger, alive)
         record.target["sandboxes"] = {k: sandboxes[k] for k in ("created", "ops", "alive_at_end")}
     except Exception as exc:
-        record.warnings.append(f"could not read the emulator ledger: {type(exc).__name__}: {exc}")
+        record.warnings.append(f"could not read the target's ledger: {type(exc).__name__}: {exc}")
     try:
-        emulator.stop()
-    except Exception as exc:  # it kills every sandbox on the way out; failing that is a cleanup failure
+        target.close()  # the emulator kills every sandbox on the way out
+    except Exception as exc:  # failing that is a cleanup failure of the run
         record.fail(exc)
-        record.cleanup.setdefault("errors", []).append(f"emulator stop: {type(exc).__name__}: {exc}")
-        say(f"[cleanup] FAILED to stop the emulator: {type(exc).__name__}: {exc}")
+        record.cleanup.setdefault("errors", []).append(f"target stop: {type(exc).__name__}: {exc}")
+        say(f"[cleanup] FAILED to stop the target: {type(exc).__name__}: {exc}")
     return ledger, sandboxes
 
 
@@ -169,31 +172,25 @@ def run(settings: TrainSettings) -> int:
     record.versions = {**package_versions(), "python": platform_info()["python"]}
     record.model = {"source": settings.model_label}
     clock = StageClock()
-    emulator = subject = target = None
-    secrets = [v for v in (os.environ.get("E2B_API_KEY"),) if v]
+    subject = target = None
+    secrets = [v for v in (env_api_key(),) if v]
     say(
         f"{PROG} --mode {settings.mode}: run {run_id}, model {settings.model_label}, "
         f"output {settings.output_dir}"
     )
     try:
-        if settings.offline:
-            from pytest_e2b_env.emulator import Emulator
-
-            say("[target] starting the local E2B emulator")
-            emulator = Emulator().start()
-            secrets.append(emulator.api_key)
-            target = Target(True, run_id, dict(emulator.sdk_opts()), emulator.isolation)
-            sdk_env: dict[str, str | None] = dict(emulator.sdk_env())
-            sdk_env["PYTEST_E2B_ENV_OPENENV_URL"] = None  # offline: our own server, pointed at our emulator
-        else:
-            api_opts = {"api_key": os.environ["E2B_API_KEY"]}
-            for key, name in (("api_url", "E2B_API_URL"), ("sandbox_url", "E2B_SANDBOX_URL")):
-                if os.environ.get(name):
-                    api_opts[key] = os.environ[name]
-            target = Target(False, run_id, api_opts)
-            sdk_env = {}
+        wanted = TargetSettings.from_env(live=not settings.offline, run_id=run_id)
+        say(
+            "[target] starting the local E2B emulator"
+            if settings.offline
+            else "[target] starting the fault proxy"
+        )
+        target = open_target(wanted)
+        secrets.append(target.api_key)
+        # Offline the reference episode serves itself against our emulator, never a server the shell names.
+        sdk_env = target.settings.to_env(own_openenv=settings.offline)
         record.target = target.describe()
-        with scoped_environ({**sdk_env, "PYTEST_E2B_ENV_RUN": run_id}):
+        with scoped_environ(sdk_env):
             try:
                 record.phase = "subject"
                 subject = _make_subject(settings, target, clock)
@@ -222,33 +219,6 @@ def run(settings: TrainSettings) -> int:
         if not isinstance(exc, Exception | KeyboardInterrupt):
             raise
     finally:
-        ledger, sandboxes = _stop_emulator(record, emulator, say) if emulator is not None else (None, None)
+        ledger, sandboxes = _stop_target(record, target, say) if target is not None else (None, None)
         _write_outputs(settings, record, say, ledger, sandboxes, secrets)
     return 0 if record.status == "ok" else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``train.py`` and ``pytest-e2b-env train``; returns the exit code."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    try:
-        settings = parse_settings(args)
-    except MissingKeyError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
-    except SystemExit as exc:  # argparse already printed usage and the error naming the value
-        return exc.code if isinstance(exc.code, int) else 2
-    if not settings.cpu and not _cuda_available():
-        # Before the emulator, the preflight and the model: a GPU run on a CPU box fails at once.
-        print(f"{PROG}: error: no CUDA GPU is visible; pass --cpu for a (slow) CPU run", file=sys.stderr)
-        return 2
-    return run(settings)
-
-
-def _cuda_available() -> bool:
-    import torch
-
-    return bool(torch.cuda.is_available())
-
-
-if __name__ == "__main__":
-    sys.exit(main())
