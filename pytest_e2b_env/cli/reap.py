@@ -12,7 +12,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_e2b_env.reap import describe_stale_runs, find_stale_runs, reap
+from pytest_e2b_env.target.reap import describe_stale_runs, find_stale_runs, reap
 from pytest_e2b_env.target.settings import TargetSettings
 
 

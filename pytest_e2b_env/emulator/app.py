@@ -20,11 +20,16 @@ from connectrpc.errors import ConnectError
 from e2b.envd.filesystem import filesystem_connect
 from e2b.envd.process import process_connect
 
-from pytest_e2b_env.emulator import routes
 from pytest_e2b_env.emulator.control_plane import Answer, ControlPlane, answer, api_key_ok, error
 from pytest_e2b_env.emulator.envd_files import FilesystemService, files_api
 from pytest_e2b_env.emulator.envd_process import ProcessService
-from pytest_e2b_env.emulator.faults import (
+from pytest_e2b_env.emulator.interpreter import JUPYTER_PORT, InterpreterService
+from pytest_e2b_env.emulator.jsonin import JSONTooDeep, loads_bounded
+from pytest_e2b_env.emulator.limits import Limits
+from pytest_e2b_env.emulator.sandboxes import Registry
+from pytest_e2b_env.target.backend import fault_rule_message
+from pytest_e2b_env.target.wire import routes
+from pytest_e2b_env.target.wire.faults import (
     SCOPE_FAULT,
     BodyTooLarge,
     FaultMiddleware,
@@ -35,12 +40,7 @@ from pytest_e2b_env.emulator.faults import (
     drain,
     read_body,
 )
-from pytest_e2b_env.emulator.interpreter import JUPYTER_PORT, InterpreterService
-from pytest_e2b_env.emulator.jsonin import JSONTooDeep, loads_bounded
-from pytest_e2b_env.emulator.ledger import Ledger, op_for
-from pytest_e2b_env.emulator.limits import Limits
-from pytest_e2b_env.emulator.sandboxes import Registry
-from pytest_e2b_env.target.backend import fault_rule_message
+from pytest_e2b_env.target.wire.ledger import Ledger, op_for
 
 if TYPE_CHECKING:
     from pytest_e2b_env.emulator.isolation.api import Backend

@@ -31,7 +31,7 @@ _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 
 
 class Faults:
-    """Fault rules of one emulator (see ``pytest_e2b_env.emulator.faults.FaultRule``)."""
+    """Fault rules of one emulator (see ``pytest_e2b_env.target.wire.faults.FaultRule``)."""
 
     def __init__(self, emulator: Emulator) -> None:
         self._emulator = emulator

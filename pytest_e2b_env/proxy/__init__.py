@@ -17,9 +17,6 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from pytest_e2b_env.emulator.faults import FaultMiddleware, FaultPlan, FaultRule
-from pytest_e2b_env.emulator.ledger import Ledger
-from pytest_e2b_env.emulator.routes import is_stream, route_of
 from pytest_e2b_env.errors import ConfigError, FaultRuleError, InfrastructureError
 from pytest_e2b_env.proxy.forward import Forwarder
 from pytest_e2b_env.proxy.recording import RecordingMiddleware
@@ -27,6 +24,9 @@ from pytest_e2b_env.proxy.routing import domain_of_api_url
 from pytest_e2b_env.proxy.serve import ThreadedServer
 from pytest_e2b_env.target.backend import fault_rule_message
 from pytest_e2b_env.target.settings import DEFAULT_DOMAIN, env_api_key, live_upstream, sdk_env
+from pytest_e2b_env.target.wire.faults import FaultMiddleware, FaultPlan, FaultRule
+from pytest_e2b_env.target.wire.ledger import Ledger
+from pytest_e2b_env.target.wire.routes import is_stream, route_of
 
 __all__ = ["DEFAULT_DOMAIN", "FaultProxy", "ProxyFaults"]
 

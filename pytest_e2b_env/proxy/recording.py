@@ -12,9 +12,17 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from pytest_e2b_env.emulator.faults import SCOPE_DROPPED, SCOPE_FAULT, ASGIApp, Message, Receive, Scope, Send
-from pytest_e2b_env.emulator.ledger import Ledger, op_for
-from pytest_e2b_env.emulator.routes import route_of
+from pytest_e2b_env.target.wire.faults import (
+    SCOPE_DROPPED,
+    SCOPE_FAULT,
+    ASGIApp,
+    Message,
+    Receive,
+    Scope,
+    Send,
+)
+from pytest_e2b_env.target.wire.ledger import Ledger, op_for
+from pytest_e2b_env.target.wire.routes import route_of
 
 # Only these answers are parsed; anything larger is not a create/connect answer.
 _TEE_LIMIT = 64 * 1024

@@ -148,7 +148,7 @@ def stale_run_lines(run_id: str) -> list[str]:
     with the command that removes them, is the cheapest place to catch it. Never raises: a failed
     check is itself one line, and the run goes on.
     """
-    from pytest_e2b_env.reap import describe_stale_runs, find_stale_runs
+    from pytest_e2b_env.target.reap import describe_stale_runs, find_stale_runs
 
     opts = TargetSettings.from_env(live=True, run_id=run_id).sdk_opts()
     try:

@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, int]] = [
     ("pytest_e2b_env.proxy", 3),
     ("pytest_e2b_env.target", 4),
     ("pytest_e2b_env.evidence", 4),
-    ("pytest_e2b_env.reap", 5),
+    ("pytest_e2b_env.target.reap", 5),
     ("pytest_e2b_env.reward", 5),
     ("pytest_e2b_env.episode", 5),
     ("pytest_e2b_env.catalog", 6),
@@ -122,3 +122,14 @@ def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
         "pytest_e2b_env.catalog.probe:2 imports pytest (only plugin.py and adapter/ may)",
         "pytest_e2b_env.emulator.probe:1 imports pytest_e2b_env.catalog (layer 6 over 3)",
     ]
+
+
+def test_every_command_lives_in_cli() -> None:
+    """The console script's commands are modules of pytest_e2b_env.cli, each with main(argv)."""
+    import importlib
+
+    from pytest_e2b_env.cli import COMMANDS
+
+    for name, (module, _help) in COMMANDS.items():
+        assert module.startswith("pytest_e2b_env.cli."), name
+        assert callable(importlib.import_module(module).main), name
