@@ -34,6 +34,8 @@ class CaseRecord:
     subject_spec: str | None = None
     contract: dict[str, Any] | None = None
     relaxed: list[str] = field(default_factory=list)
+    #: Recommendations that never fail a case (e.g. tag your sandboxes).
+    advice: list[str] = field(default_factory=list)
     trajectory: list[dict[str, Any]] = field(default_factory=list, repr=False)
     cleanup: list[dict[str, Any]] = field(default_factory=list, repr=False)
 

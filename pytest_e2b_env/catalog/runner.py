@@ -221,6 +221,19 @@ def _replacements(obs: Observation) -> int:
     return len(obs.created(start=min(fired))) if fired else 0
 
 
+def _advice(obs: Observation) -> list[str]:
+    """What a reviewer should know but that fails nothing: untagged sandboxes, from the ledger."""
+    untagged = [
+        e["sandbox_id"] for e in obs.ops("create") if e.get("sandbox_id") and e.get("metadata_keys") == []
+    ]
+    if not untagged:
+        return []
+    return [
+        f"{len(untagged)} sandbox(es) carry no metadata ({', '.join(untagged[:3])}): tag them (for example "
+        "metadata={'run': <run id>}) so a sweep can find them after a crash; the catalog does not require it"
+    ]
+
+
 def _record(
     case: Case,
     subject: Subject,
@@ -248,6 +261,7 @@ def _record(
     ]
     record.attempts = 1
     record.retries = _replacements(obs)
+    record.advice = _advice(obs)
     trajectory = [c.to_event() for c in obs.calls] + [{"kind": "sandbox_op", **e} for e in obs.ledger]
     trajectory.sort(key=lambda ev: float(ev.get("t") or 0))
     record.trajectory = json.loads(scrub(json.dumps(trajectory, default=str), secrets))

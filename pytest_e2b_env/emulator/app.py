@@ -51,6 +51,8 @@ SCOPE_SANDBOX = (
 )
 #: set when the request created a sandbox: its internet setting, for the ledger entry
 SCOPE_INTERNET = "pytest_e2b_env.allow_internet_access"
+#: set with it: the metadata keys the created sandbox carries (the catalog's tagging advice)
+SCOPE_METADATA = "pytest_e2b_env.metadata_keys"
 CONTROL_HEADER = "x-emulator-key"
 log = logging.getLogger("pytest_e2b_env.emulator")
 
@@ -182,6 +184,7 @@ class EmulatorApp:
                 detail=str(fault or ""),
                 fault=str(fault) if fault else None,
                 allow_internet_access=scope.get(SCOPE_INTERNET),
+                metadata_keys=scope.get(SCOPE_METADATA),
             )
 
         async def send_recorded(message: Any) -> None:
@@ -226,6 +229,7 @@ class EmulatorApp:
             created = self.registry.get(concerned) if reply[0] == 201 else None
             if created is not None:  # only create answers 201 with a sandbox
                 scope[SCOPE_INTERNET] = created.allow_internet_access
+                scope[SCOPE_METADATA] = sorted(created.metadata)
         await send_answer(send, reply)
 
     async def _envd(

@@ -67,6 +67,16 @@ def internet_of_create(body: bytes) -> bool | None:
     return request.get("allow_internet_access") is not False and "0.0.0.0/0" not in (deny or [])
 
 
+def metadata_keys_of_create(body: bytes) -> list[str] | None:
+    """The metadata keys a create request body asks for, ``None`` if unparsable."""
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return None
+    metadata = request.get("metadata") if isinstance(request, dict) else None
+    return sorted(str(k) for k in metadata) if isinstance(metadata, dict) else []
+
+
 #: ``on_sandbox(sandbox_id, domain, allow_internet_access)`` for each answer naming a sandbox
 OnSandbox = Callable[[str, "str | None", "bool | None"], None]
 
@@ -107,6 +117,7 @@ class RecordingMiddleware:
             state["recorded"] = True
             found = sandbox_id
             internet = None
+            keys = None
             if tee and state["status"] is not None and state["status"] < 300:
                 # A drop_stream fault behind us withheld the body; it left it in the scope.
                 answer = bytes(state["body"]) or bytes(scope.get(SCOPE_DROPPED, b""))
@@ -114,6 +125,7 @@ class RecordingMiddleware:
                 if new_id:
                     found = new_id
                     internet = internet_of_create(bytes(request_body)) if op == "create" else None
+                    keys = metadata_keys_of_create(bytes(request_body)) if op == "create" else None
                     if self.on_sandbox is not None:
                         self.on_sandbox(new_id, domain, internet)
             fault = scope.get(SCOPE_FAULT)
@@ -129,6 +141,7 @@ class RecordingMiddleware:
                 detail=str(fault or ""),
                 fault=str(fault) if fault else None,
                 allow_internet_access=internet,  # as the emulator: on entries that created a sandbox
+                metadata_keys=keys,
             )
 
         async def recording_send(message: Message) -> None:

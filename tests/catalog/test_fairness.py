@@ -201,3 +201,17 @@ def test_bad_contract_names_the_key(raw: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_contract(raw, kind, "mypkg.env:Env e2b_contract")
     assert message in str(info.value)
+
+
+def test_untagged_sandboxes_are_advice_never_a_failure(target: Target) -> None:
+    """A subject whose sandboxes carry no metadata passes; the record recommends tagging them."""
+    result = run_case(
+        _reward({"rewards": [1.0]}), load_subject("catalog_subjects:untagged_kill_checked", "reward"), target
+    )
+    assert result.status == "passed", result.failure_message()
+    assert result.advice
+    assert "carry no metadata" in result.advice[0]
+    tagged = run_case(
+        _reward({"rewards": [1.0]}), load_subject("pytest_e2b_env.reward:reward_subject", "reward"), target
+    )
+    assert tagged.advice == []

@@ -74,6 +74,7 @@ class Ledger:
         detail: str = "",
         allow_internet_access: bool | None = None,
         fault: str | None = None,
+        metadata_keys: list[str] | None = None,
     ) -> dict[str, Any]:
         """Append one entry and return it; ``fault`` labels the fault rule that answered it."""
         with self._lock:
@@ -91,6 +92,8 @@ class Ledger:
                 entry["allow_internet_access"] = allow_internet_access
             if fault is not None:
                 entry["fault"] = fault
+            if metadata_keys is not None:
+                entry["metadata_keys"] = metadata_keys  # which tags a created sandbox carries (advice)
             self._next += 1
             self._entries.append(entry)
             return entry
