@@ -39,6 +39,7 @@ from pytest_e2b_env.target.wire.faults import (
     Send,
     drain,
     read_body,
+    send_answer,
 )
 from pytest_e2b_env.target.wire.ledger import Ledger, op_for
 
@@ -59,19 +60,6 @@ log = logging.getLogger("pytest_e2b_env.emulator")
 
 def _headers(scope: Scope) -> dict[str, str]:
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-
-
-async def send_answer(send: Send, reply: Answer) -> None:
-    """Send an ``(status, headers, body)`` triple."""
-    status, headers, body = reply
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [*headers, (b"content-length", str(len(body)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
 
 
 class _InvalidArgumentCodec:

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import json
 import uuid
-from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,14 +24,10 @@ from pytest_e2b_env.emulator.interpreter.kernel import (
     KernelStartError,
 )
 from pytest_e2b_env.emulator.interpreter.outputs import END_OF_EXECUTION, error_line
+from pytest_e2b_env.target.wire.faults import BodyTooLarge, Receive, Scope, Send, read_body, send_answer
 
 if TYPE_CHECKING:
     from pytest_e2b_env.emulator.sandboxes import Sandbox
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 Reply = tuple[int, list[tuple[bytes, bytes]], bytes]
 
@@ -101,35 +96,6 @@ def _invalid(field: str, message: str) -> Reply:
     return _json(422, {"detail": [{"type": "invalid", "loc": ["body", field], "msg": message}]})
 
 
-async def _answer(send: Send, reply: Reply) -> None:
-    status, headers, body = reply
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [*headers, (b"content-length", str(len(body)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _body(receive: Receive) -> bytes | None:
-    """The request body, or None when it is over MAX_BODY (the rest is drained, never kept)."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            break
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size <= MAX_BODY:
-            chunks.append(chunk)
-        if not message.get("more_body"):
-            break
-    return b"".join(chunks) if size <= MAX_BODY else None
-
-
 async def _until_disconnect(receive: Receive) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
@@ -156,9 +122,10 @@ class InterpreterService:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send, sbx: Sandbox) -> None:
         method, path = scope["method"], scope["path"].rstrip("/") or "/"
-        body = await _body(receive)
-        if body is None:
-            await _answer(send, _text(413, f"request body over {MAX_BODY} bytes"))
+        try:
+            body = await read_body(receive, MAX_BODY)
+        except BodyTooLarge:
+            await send_answer(send, _text(413, f"request body over {MAX_BODY} bytes"))
             return
         interp = self._of(sbx)
         parts = path.split("/")
@@ -177,7 +144,7 @@ class InterpreterService:
             reply = await self._remove(interp, parts[2])
         else:
             reply = _json(404, {"detail": "Not Found"})
-        await _answer(send, reply)
+        await send_answer(send, reply)
 
     # ------------------------------------------------------------------ contexts
     def _create(self, interp: SandboxInterpreter, body: bytes) -> Reply:
@@ -230,21 +197,21 @@ class InterpreterService:
         try:
             request = json.loads(body or b"{}")
         except ValueError:
-            await _answer(send, _invalid("body", "JSON decode error"))
+            await send_answer(send, _invalid("body", "JSON decode error"))
             return
         if not isinstance(request, dict):
-            await _answer(send, _invalid("body", "Input should be a valid dictionary"))
+            await send_answer(send, _invalid("body", "Input should be a valid dictionary"))
             return
         code, envs = request.get("code"), request.get("env_vars") or {}
         if not isinstance(code, str):
-            await _answer(send, _invalid("code", "Input should be a valid string"))
+            await send_answer(send, _invalid("code", "Input should be a valid string"))
             return
         if not isinstance(envs, dict) or not all(isinstance(v, str) for v in envs.values()):
-            await _answer(send, _invalid("env_vars", "Input should be a dictionary of strings"))
+            await send_answer(send, _invalid("env_vars", "Input should be a dictionary of strings"))
             return
         context = self._resolve(interp, request)
         if not isinstance(context, Context):
-            await _answer(send, context)
+            await send_answer(send, context)
             return
         # E2B's streaming response starts at once; the cell may still wait for its kernel
         await send({"type": "http.response.start", "status": 200, "headers": []})

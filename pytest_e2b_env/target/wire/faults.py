@@ -253,6 +253,19 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
+async def send_answer(send: Send, reply: tuple[int, Sequence[tuple[bytes, bytes]], bytes]) -> None:
+    """Send an ``(status, headers, body)`` triple."""
+    status, headers, body = reply
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*headers, (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
 async def send_json_error(
     send: Send, status: int, message: str, headers: Sequence[tuple[bytes, bytes]] = ()
 ) -> None:
