@@ -30,7 +30,6 @@ from pytest_e2b_env.emulator.sandboxes import Registry
 from pytest_e2b_env.target.backend import fault_rule_message
 from pytest_e2b_env.target.wire import routes
 from pytest_e2b_env.target.wire.faults import (
-    SCOPE_FAULT,
     BodyTooLarge,
     FaultMiddleware,
     FaultPlan,
@@ -41,19 +40,18 @@ from pytest_e2b_env.target.wire.faults import (
     read_body,
     send_answer,
 )
-from pytest_e2b_env.target.wire.ledger import Ledger, op_for
+from pytest_e2b_env.target.wire.ledger import Ledger
+from pytest_e2b_env.target.wire.recording import (
+    SCOPE_INTERNET,
+    SCOPE_METADATA,
+    SCOPE_SANDBOX,
+    RecordingMiddleware,
+)
 
 if TYPE_CHECKING:
     from pytest_e2b_env.emulator.isolation.api import Backend
 
 ENVD_PORT = "49983"
-SCOPE_SANDBOX = (
-    "pytest_e2b_env.sandbox_id"  # set when the answer names a sandbox the request did not (create)
-)
-#: set when the request created a sandbox: its internet setting, for the ledger entry
-SCOPE_INTERNET = "pytest_e2b_env.allow_internet_access"
-#: set with it: the metadata keys the created sandbox carries (the catalog's tagging advice)
-SCOPE_METADATA = "pytest_e2b_env.metadata_keys"
 CONTROL_HEADER = "x-emulator-key"
 log = logging.getLogger("pytest_e2b_env.emulator")
 
@@ -123,6 +121,7 @@ class EmulatorApp:
             self._core, self.faults, _Target(self.registry), body_limit=self.limits.upload_bytes
         )
         self.interpreter = InterpreterService()
+        self._ledgered = RecordingMiddleware(self._guarded, self.ledger, derive=False)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -133,7 +132,7 @@ class EmulatorApp:
         if scope["path"].startswith("/_emulator/"):
             await self._control(scope, receive, send)
             return
-        await self._ledgered(scope, receive, send)
+        await self._ledgered(scope, receive, send)  # the shared ledger middleware (target.wire)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -151,45 +150,21 @@ class EmulatorApp:
                 return
 
     # ------------------------------------------------------------------ ledger
-    async def _ledgered(self, scope: Scope, receive: Receive, send: Send) -> None:
-        method, path = scope["method"], scope["path"]
-        template, sandbox_id = routes.route_of(method, path, _headers(scope))
-        recorded = False
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The fault layer and the core; a bug or a broken sandbox still gives E2B's JSON 500."""
+        started = False
 
-        def record(status: int | None) -> None:
-            nonlocal recorded
-            recorded = True
-            fault = scope.get(SCOPE_FAULT)
-            # A create that made its sandbox stays a create even when a fault ate its answer: the
-            # sandbox exists, and whoever counts what a case created must see it.
-            created = scope.get(SCOPE_INTERNET) is not None
-            self.ledger.record(
-                "fault" if fault and not created else op_for(template),
-                method=method,
-                route=template,
-                sandbox_id=scope.get(SCOPE_SANDBOX) or sandbox_id,
-                status=status,
-                detail=str(fault or ""),
-                fault=str(fault) if fault else None,
-                allow_internet_access=scope.get(SCOPE_INTERNET),
-                metadata_keys=scope.get(SCOPE_METADATA),
-            )
-
-        async def send_recorded(message: Any) -> None:
-            if message["type"] == "http.response.start" and not recorded:
-                record(int(message["status"]))
+        async def tracked(message: Any) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
             await send(message)
 
         try:
-            await self._faulted(scope, receive, send_recorded)
-        except Exception as exc:
-            # a bug or a broken sandbox must still give the client E2B's JSON error, not a hang
-            log.exception("emulator error on %s %s", method, template)
-            if not recorded:
-                await send_answer(send_recorded, error(500, f"internal emulator error: {type(exc).__name__}"))
-        finally:
-            if not recorded:  # no answer at all (dropped before the status line)
-                record(None)
+            await self._faulted(scope, receive, tracked)
+        except Exception as exc:  # never a hang: the client gets an answer it can parse
+            log.exception("emulator error on %s %s", scope["method"], scope["path"])
+            if not started:
+                await send_answer(tracked, error(500, f"internal emulator error: {type(exc).__name__}"))
 
     # ------------------------------------------------------------------ REST + envd
     async def _core(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -19,13 +19,13 @@ from typing import Any
 
 from pytest_e2b_env.errors import ConfigError, FaultRuleError, InfrastructureError
 from pytest_e2b_env.proxy.forward import Forwarder
-from pytest_e2b_env.proxy.recording import RecordingMiddleware
 from pytest_e2b_env.proxy.routing import domain_of_api_url
 from pytest_e2b_env.proxy.serve import ThreadedServer
 from pytest_e2b_env.target.backend import fault_rule_message
 from pytest_e2b_env.target.settings import DEFAULT_DOMAIN, env_api_key, live_upstream, sdk_env
 from pytest_e2b_env.target.wire.faults import FaultMiddleware, FaultPlan, FaultRule
 from pytest_e2b_env.target.wire.ledger import Ledger
+from pytest_e2b_env.target.wire.recording import RecordingMiddleware
 from pytest_e2b_env.target.wire.routes import is_stream, route_of
 
 __all__ = ["DEFAULT_DOMAIN", "FaultProxy", "ProxyFaults"]

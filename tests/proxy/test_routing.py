@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_e2b_env.proxy.recording import internet_of_create, sandbox_of_answer
+from pytest_e2b_env.target.wire.recording import internet_of_create, sandbox_of_answer
 from pytest_e2b_env.proxy.routing import (
     ENVD_PORT,
     HEADER_ROUTED_DOMAINS,

@@ -1,9 +1,12 @@
-"""Ledger recording for the fault proxy: one entry per request, in the emulator's format.
+"""The one ledger middleware of both backends: one entry per request, the same format everywhere.
 
 Sits outside the fault middleware, so an injected answer is recorded with the status the SDK
-saw and the fault's label in ``detail``. Create and connect answers are small JSON documents;
-they are teed (never held back) to learn the new sandbox's id and domain; a create entry also
-carries the sandbox's ``allow_internet_access``, read from the create request (E2B's rule).
+saw and the fault's label in ``detail``. What a request did to a sandbox comes from the app
+behind it when that app knows (the emulator leaves ``SCOPE_SANDBOX``, ``SCOPE_INTERNET`` and
+``SCOPE_METADATA`` in the scope), else from the wire (the proxy before real E2B): create and
+connect answers are small JSON documents, teed (never held back) to learn the new sandbox's id
+and domain, and a create entry's ``allow_internet_access`` and metadata keys are read from the
+create request (E2B's rule).
 """
 
 from __future__ import annotations
@@ -23,6 +26,12 @@ from pytest_e2b_env.target.wire.faults import (
 )
 from pytest_e2b_env.target.wire.ledger import Ledger, op_for
 from pytest_e2b_env.target.wire.routes import route_of
+
+#: scope keys an app behind the middleware sets when it knows: the sandbox a request concerned,
+#: and for a request that created one its internet setting and metadata keys
+SCOPE_SANDBOX = "pytest_e2b_env.sandbox_id"
+SCOPE_INTERNET = "pytest_e2b_env.allow_internet_access"
+SCOPE_METADATA = "pytest_e2b_env.metadata_keys"
 
 # Only these answers are parsed; anything larger is not a create/connect answer.
 _TEE_LIMIT = 64 * 1024
@@ -85,13 +94,17 @@ class RecordingMiddleware:
     """Record every HTTP request passing through ``app`` into ``ledger``.
 
     ``on_sandbox`` is called for each create/connect answer that names a sandbox, with the
-    internet setting of a create request (``None`` for connect).
+    internet setting of a create request (``None`` for connect). ``derive=False`` trusts the
+    app's scope facts alone and never tees a body (the emulator knows what it did).
     """
 
-    def __init__(self, app: ASGIApp, ledger: Ledger, on_sandbox: OnSandbox | None = None) -> None:
+    def __init__(
+        self, app: ASGIApp, ledger: Ledger, on_sandbox: OnSandbox | None = None, derive: bool = True
+    ) -> None:
         self.app = app
         self.ledger = ledger
         self.on_sandbox = on_sandbox
+        self.derive = derive
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -101,7 +114,7 @@ class RecordingMiddleware:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         template, sandbox_id = route_of(method, path, headers)
         op = op_for(template)
-        tee = op in _TEE_OPS
+        tee = self.derive and op in _TEE_OPS
         state: dict[str, Any] = {"status": None, "recorded": False, "body": bytearray(), "length": None}
         request_body = bytearray()
 
@@ -115,10 +128,10 @@ class RecordingMiddleware:
             if state["recorded"]:
                 return
             state["recorded"] = True
-            found = sandbox_id
-            internet = None
-            keys = None
-            if tee and state["status"] is not None and state["status"] < 300:
+            found = scope.get(SCOPE_SANDBOX) or sandbox_id
+            internet = scope.get(SCOPE_INTERNET)
+            keys = scope.get(SCOPE_METADATA)
+            if tee and internet is None and state["status"] is not None and state["status"] < 300:
                 # A drop_stream fault behind us withheld the body; it left it in the scope.
                 answer = bytes(state["body"]) or bytes(scope.get(SCOPE_DROPPED, b""))
                 new_id, domain = sandbox_of_answer(answer)
