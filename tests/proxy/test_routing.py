@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_e2b_env.target.wire.recording import internet_of_create, sandbox_of_answer
 from pytest_e2b_env.proxy.routing import (
     ENVD_PORT,
     HEADER_ROUTED_DOMAINS,
@@ -21,6 +20,7 @@ from pytest_e2b_env.proxy.routing import (
     join_url,
     sandbox_base_url,
 )
+from pytest_e2b_env.target.wire.recording import internet_of_create, sandbox_of_answer
 
 ids = st.text(alphabet=string.ascii_lowercase + string.digits, min_size=1, max_size=24)
 header_names = st.sampled_from(
