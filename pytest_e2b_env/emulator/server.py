@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import uvicorn
 
 from pytest_e2b_env.emulator.app import EmulatorApp
+from pytest_e2b_env.emulator.connections import bounded_protocol, limits, raise_open_files_limit
 from pytest_e2b_env.errors import EmulatorError
 
 if TYPE_CHECKING:
@@ -60,6 +61,7 @@ def serve(
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}"
+    max_connections, idle_s = limits(raise_open_files_limit())
     app = EmulatorApp(backend, api_key)
     for line in announce_lines(url, api_key):
         print(line, file=out)
@@ -71,7 +73,7 @@ def serve(
         log_level="warning",
         access_log=False,
         lifespan="on",
-        http="h11",
+        http=bounded_protocol(max_connections, idle_s),
         timeout_graceful_shutdown=2,
         timeout_keep_alive=30,
     )

@@ -20,7 +20,6 @@ import json
 import os
 import platform
 import queue
-import select
 import shutil
 import signal
 import socket
@@ -68,7 +67,7 @@ def _close_quietly(fd: int) -> None:
 
 
 def _readable(fd: int) -> bool:
-    return bool(select.select([fd], [], [], 0)[0])
+    return L.readable(fd)
 
 
 class NamespaceBox(Box):
@@ -209,7 +208,7 @@ class NamespaceBox(Box):
         deadline = time.monotonic() + timeout
         # The init's exit completes only once every process of its namespace is reaped; the
         # commands are our children, so reap them while waiting.
-        while not select.select([self._pidfd], [], [], 0.005)[0]:
+        while not L.readable(self._pidfd, 0.005):
             for proc in procs:
                 proc.poll()
             if time.monotonic() > deadline:
