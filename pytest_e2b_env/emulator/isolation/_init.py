@@ -10,8 +10,10 @@ sandbox's control socket). The builder does, with raw syscalls rather than util-
    host ``base``..``base+65535``); keep the namespace fd.
 3. In a private mount namespace, clone ``/`` without submounts, idmap it with that user
    namespace, make it read-only and attach it as the overlay's lower layer.
-4. Join the user namespace as its root (no capability left on the host), unshare mount, pid,
-   ipc, uts (and net unless internet is allowed), mount the overlay.
+4. With internet, create the sandbox's network namespace as host root (the emulator attaches
+   slirp4netns to it). Join the user namespace as its root (no capability left on the host),
+   unshare mount, pid, ipc, uts (and net, owned by sandbox root, without internet), mount the
+   overlay.
 5. Fork the init (pid 1): fresh /proc, a minimal /dev, no /sys, pivot_root into the overlay and
    detach the old root so the host tree is unreachable.
 6. The init reports ready and its host pid on the control socket, then loops: reaps orphans
@@ -107,17 +109,22 @@ def lo_up() -> None:
 
 def enter_sandbox(cfg: dict[str, Any], userns_fd: int) -> None:
     """Become the sandbox's root and create its other namespaces, then mount its root fs."""
+    if cfg["network"] == "own":
+        # Created by host root, so sandbox root has no privilege in it (no raw sockets, routes
+        # or sysctls): the emulator attaches a user-space stack whose rules then hold for any code.
+        L.unshare(L.CLONE_NEWNET)
+        lo_up()
     L.setns(userns_fd, L.CLONE_NEWUSER)
     os.close(userns_fd)
     os.setgroups([])
     os.setresgid(0, 0, 0)
     os.setresuid(0, 0, 0)
     flags = L.CLONE_NEWNS | L.CLONE_NEWPID | L.CLONE_NEWIPC | L.CLONE_NEWUTS
-    if not cfg["internet"]:
+    if cfg["network"] == "none":
         flags |= L.CLONE_NEWNET
     L.unshare(flags)
     socket.sethostname(HOSTNAME)
-    if not cfg["internet"]:
+    if cfg["network"] == "none":
         lo_up()
     opts = f"lowerdir={cfg['lower']},upperdir={cfg['upper']},workdir={cfg['work']},userxattr"
     L.mount("overlay", cfg["root"], "overlay", 0, opts)

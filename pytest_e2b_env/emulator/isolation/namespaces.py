@@ -1,11 +1,13 @@
 """The namespaces level, host side: start sandbox inits, run commands inside them, kill them.
 
 Each sandbox is one init process (see ``_init.py``) owning its own user, pid, mount, ipc, uts
-(and, without internet, net) namespaces. Commands are forked by the emulator straight into the
-sandbox's pid namespace (this thread's ``pid_for_children`` is switched for the fork), so
-``proc.pid`` is the leader's host pid and the emulator stays its parent; the child joins the
-other namespaces and becomes the sandbox account before exec. Killing the init makes the
-kernel kill every process of the pid namespace, daemons included.
+and net namespaces. Without internet the net namespace has only ``lo``; with internet it is
+owned by host root (sandbox root has no network privilege in it) and ``slirp4netns`` gives it
+outbound access through the host's sockets, host loopback excluded. Commands are forked by
+the emulator straight into the sandbox's pid namespace (this thread's ``pid_for_children``
+is switched for the fork), so ``proc.pid`` is the leader's host pid and the emulator stays
+its parent; the child joins the other namespaces and becomes the sandbox account before exec.
+Killing the init makes the kernel kill every process of the pid namespace, daemons included.
 
 Every init also holds the read end of one "lifeline" pipe whose write end only the emulator
 holds: when the emulator dies (SIGKILL included) the pipe reaches EOF and every init exits.
@@ -49,6 +51,9 @@ UID_SLOTS = 32000
 START_SECONDS = 30.0
 #: Per-sandbox process cap: the host's pid space (32768 here) is shared by everyone.
 MAX_PROCS = 1024
+#: The user-space network stack of internet sandboxes (Debian package slirp4netns).
+SLIRP4NETNS = shutil.which("slirp4netns") or "/usr/bin/slirp4netns"
+NETWORK_SECONDS = 10.0
 _slots = itertools.count()
 
 
@@ -82,11 +87,15 @@ class NamespaceBox(Box):
         sock: socket.socket,
         init_pid: int,
         internet: bool,
+        network: str,
     ) -> None:
         self.sandbox_id = sandbox_id
         self.directory = directory
         self.init_pid = init_pid
         self.internet = internet
+        #: "none" (lo only), "own" (own namespace + slirp4netns) or "host" (the host's namespace)
+        self.network = network
+        self._slirp: subprocess.Popen[bytes] | None = None
         self._backend = backend
         self._envs = dict(envs)
         self._sock = sock
@@ -94,7 +103,7 @@ class NamespaceBox(Box):
         self._procs: list[subprocess.Popen[bytes]] = []
         self._killed = False
         self._pidfd = os.pidfd_open(init_pid)
-        names = ["user", "mnt", "ipc", "uts", "pid"] + ([] if internet else ["net"])
+        names = ["user", "mnt", "ipc", "uts", "pid"] + ([] if network == "host" else ["net"])
         self._ns = {
             name: os.open(f"/proc/{init_pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC) for name in names
         }
@@ -188,9 +197,64 @@ class NamespaceBox(Box):
 
     def _join_order(self) -> list[tuple[str, int]]:
         order = [("user", L.CLONE_NEWUSER), ("mnt", L.CLONE_NEWNS)]
-        if not self.internet:
+        if self.network != "host":
             order.append(("net", L.CLONE_NEWNET))
         return [*order, ("ipc", L.CLONE_NEWIPC), ("uts", L.CLONE_NEWUTS)]
+
+    def attach_network(self, lifeline: int) -> None:
+        """Give the sandbox's own network namespace outbound access through slirp4netns.
+
+        ``--disable-host-loopback`` refuses the gateway alias of the host's 127.0.0.1; packets
+        crafted to other loopback addresses cannot be sent, because sandbox root has no raw
+        socket or route privilege in a namespace owned by host root. slirp4netns runs in its
+        own mount namespace with no capabilities and a seccomp filter, and exits when the
+        lifeline closes (the emulator died) or when ``kill()`` ends it.
+        """
+        ready_r, ready_w = os.pipe()
+        try:
+            net = self._ns["net"]
+            self._slirp = subprocess.Popen(
+                [
+                    SLIRP4NETNS,
+                    "--configure",
+                    "--mtu=65520",
+                    "--disable-host-loopback",
+                    "--enable-sandbox",
+                    "--enable-seccomp",
+                    f"--ready-fd={ready_w}",
+                    f"--exit-fd={lifeline}",
+                    "--netns-type=path",
+                    f"/proc/self/fd/{net}",
+                    "eth0",
+                ],
+                env=HELPER_ENV,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                pass_fds=(ready_w, lifeline, net),
+            )
+            os.close(ready_w)
+            ready_w = -1
+            ok = L.readable(ready_r, NETWORK_SECONDS) and os.read(ready_r, 1) == b"1"
+        except OSError as exc:
+            raise InfrastructureError(f"sandbox {self.sandbox_id}: cannot start slirp4netns: {exc}") from None
+        finally:
+            _close_quietly(ready_r)
+            if ready_w >= 0:
+                _close_quietly(ready_w)
+        if not ok:
+            code = self._slirp.poll()
+            raise InfrastructureError(
+                f"sandbox {self.sandbox_id}: slirp4netns did not configure the network within "
+                f"{NETWORK_SECONDS:g}s (exit code {code})"
+            )
+
+    def _stop_network(self) -> None:
+        if self._slirp is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self._slirp.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._slirp.wait(timeout=10)
 
     def alive(self) -> bool:
         """True until killed or until the init died."""
@@ -215,6 +279,7 @@ class NamespaceBox(Box):
                 raise CleanupError(f"sandbox {self.sandbox_id} init survived SIGKILL", [self.sandbox_id])
         for proc in procs:
             proc.poll()
+        self._stop_network()  # its tap device keeps the namespace alive until it exits
         self._close_fds()
         self._backend.forget(self.sandbox_id)
         self._backend.discard(self.directory)
@@ -249,6 +314,9 @@ class NamespaceBackend(Backend):
 
         os.register_at_fork(after_in_child=drop_lifeline)
         self.host_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        #: How internet sandboxes get out: their own namespace through slirp4netns, or, without
+        #: slirp4netns, the host's namespace (host loopback and other sandboxes reachable).
+        self.internet_network = "own" if os.access(SLIRP4NETNS, os.X_OK) else "host"
         self._private = _private_paths()
         self._boxes: dict[str, NamespaceBox] = {}
         self._lock = threading.Lock()
@@ -306,6 +374,7 @@ class NamespaceBackend(Backend):
             "max_procs": self.max_procs,
             "private": self._private,
             "internet": internet,
+            "network": self.internet_network if internet else "none",
             **{sub: str(directory / sub) for sub in ("lower", "root", "upper", "work")},
         }
         try:
@@ -327,9 +396,16 @@ class NamespaceBackend(Backend):
                 why = reply[0]["error"] if reply else "the builder exited without a word"
                 raise InfrastructureError(f"sandbox {sandbox_id} could not start: {why}")
             parent.settimeout(120)
+            network = str(cfg["network"])
             box = NamespaceBox(
-                self, sandbox_id, directory, envs or {}, parent, int(reply[0]["init_pid"]), internet
+                self, sandbox_id, directory, envs or {}, parent, int(reply[0]["init_pid"]), internet, network
             )
+            if network == "own":
+                try:
+                    box.attach_network(self._life_r)
+                except BaseException:
+                    box.kill()
+                    raise
         except BaseException:
             parent.close()  # an init that did start exits when its socket closes
             shutil.rmtree(directory, ignore_errors=True)
@@ -408,8 +484,22 @@ def open_backend(root: Path) -> tuple[NamespaceBackend | None, str]:
     except (OSError, InfrastructureError) as exc:
         backend.close()
         return None, f"probe sandbox failed: {exc}"
+    network = _probe_network(backend)
     backend.reason = (
         f"namespaces level: per-sandbox user (uids shifted), pid, mount, net, ipc, uts namespaces "
-        f"and an idmapped copy-on-write root (kernel {platform.release()})"
+        f"and an idmapped copy-on-write root; {network} (kernel {platform.release()})"
     )
     return backend, backend.reason
+
+
+def _probe_network(backend: NamespaceBackend) -> str:
+    """Prove internet sandboxes get their own network (else fall back to the host's); describe it."""
+    fallback = "internet sandboxes share the host's network namespace (host loopback reachable)"
+    if backend.internet_network == "host":
+        return f"{fallback}: {SLIRP4NETNS} is missing (apt-get install -y slirp4netns)"
+    try:
+        backend.start("probe-" + os.urandom(4).hex(), internet=True).kill()
+    except (OSError, InfrastructureError) as exc:
+        backend.internet_network = "host"
+        return f"{fallback}: slirp4netns failed ({exc})"
+    return "internet sandboxes get their own network namespace through slirp4netns (no host loopback)"
