@@ -205,9 +205,10 @@ def test_user_account_and_ownership(box: NamespaceBox) -> None:
         sh(box, "stat -c %U:%G /home/user/new /home/user/new/deeper /home/user/new/deeper/f.txt")[1].split()
         == ["user:user"] * 3
     )
-    upper = box.directory / "upper" / "home" / "user" / "new" / "deeper" / "f.txt"
+    # the writable layer is on the sandbox's own tmpfs: seen from the host through its init
+    stored = Path(f"/proc/{box.init_pid}/root/home/user/new/deeper/f.txt")
     base = int(Path(f"/proc/{box.init_pid}/uid_map").read_text().split()[1])
-    assert upper.stat().st_uid == base + 1000  # host check: the shifted uid, never a host account
+    assert stored.stat().st_uid == base + 1000  # host check: the shifted uid, never a host account
     assert box.fs.write("/root/r.txt", b"x", "root")["owner"] == "root"
 
 

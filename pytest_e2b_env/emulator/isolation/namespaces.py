@@ -29,12 +29,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from pytest_e2b_env.errors import CleanupError, InfrastructureError
 
-from . import _frames
+from . import _frames, quota
 from . import _linux as L
 from .api import Backend, Box, check_sandbox_id, check_user, envd_env, home_of
 from .nsfs import NamespaceFS
@@ -88,6 +89,7 @@ class NamespaceBox(Box):
         init_pid: int,
         internet: bool,
         network: str,
+        cgroup: Path | None = None,
     ) -> None:
         self.sandbox_id = sandbox_id
         self.directory = directory
@@ -96,6 +98,9 @@ class NamespaceBox(Box):
         #: "none" (lo only), "own" (own namespace + slirp4netns) or "host" (the host's namespace)
         self.network = network
         self._slirp: subprocess.Popen[bytes] | None = None
+        self._cgroup = cgroup
+        #: Whether the writable layer is on its own size-capped tmpfs (see ``quota``).
+        self.disk_quota = False
         self._backend = backend
         self._envs = dict(envs)
         self._sock = sock
@@ -169,12 +174,14 @@ class NamespaceBox(Box):
         with self._lock:
             if self._killed:
                 raise ProcessLookupError(errno.ESRCH, f"sandbox {self.sandbox_id} is not running")
-            # Forks made by this thread land in the sandbox's pid namespace until switched back.
-            L.setns(self._ns["pid"], L.CLONE_NEWPID)
-            try:
-                proc = self._popen(argv, stdin, fds)
-            finally:
-                L.setns(self._backend.host_pidns, L.CLONE_NEWPID)
+            # Forks made by this thread land in the sandbox's pid namespace (and memory cgroup)
+            # until switched back.
+            with self._backend.forking_into(self._cgroup):
+                L.setns(self._ns["pid"], L.CLONE_NEWPID)
+                try:
+                    proc = self._popen(argv, stdin, fds)
+                finally:
+                    L.setns(self._backend.host_pidns, L.CLONE_NEWPID)
             self._procs = [p for p in self._procs if p.returncode is None]
             self._procs.append(proc)
         return proc
@@ -252,9 +259,8 @@ class NamespaceBox(Box):
     def _stop_network(self) -> None:
         if self._slirp is not None:
             with contextlib.suppress(ProcessLookupError):
-                self._slirp.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._slirp.wait(timeout=10)
+                self._slirp.kill()  # SIGKILL: certain; the exit itself is awaited in the background
+            self._backend.reap_later(self._slirp)
 
     def alive(self) -> bool:
         """True until killed or until the init died."""
@@ -281,6 +287,7 @@ class NamespaceBox(Box):
             proc.poll()
         self._stop_network()  # its tap device keeps the namespace alive until it exits
         self._close_fds()
+        self._backend.release_cgroup(self._cgroup)
         self._backend.forget(self.sandbox_id)
         self._backend.discard(self.directory)
 
@@ -317,6 +324,10 @@ class NamespaceBackend(Backend):
         #: How internet sandboxes get out: their own namespace through slirp4netns, or, without
         #: slirp4netns, the host's namespace (host loopback and other sandboxes reachable).
         self.internet_network = "own" if os.access(SLIRP4NETNS, os.X_OK) else "host"
+        self.memory_mb, self.disk_mb = quota.sizes()
+        self._cgroups, self.memory_why = quota.MemoryCgroups.open()
+        #: Set by the probe: whether the sandbox's writable layer got its own size-capped tmpfs.
+        self.disk_quota = False
         self._private = _private_paths()
         self._boxes: dict[str, NamespaceBox] = {}
         self._lock = threading.Lock()
@@ -335,14 +346,49 @@ class NamespaceBackend(Backend):
             zygote_end.close()
         self._trash = root / ".trash"
         self._trash.mkdir(mode=0o700, exist_ok=True)
-        self._doomed: queue.SimpleQueue[Path | None] = queue.SimpleQueue()
+        self._doomed: queue.SimpleQueue[Path | subprocess.Popen[bytes] | None] = queue.SimpleQueue()
         self._remover = threading.Thread(target=self._remove_loop, name="isolation-trash", daemon=True)
         self._remover.start()
 
     def _remove_loop(self) -> None:
         # Deleting a sandbox's files costs tens of ms on this disk; kill() only renames them away.
-        while (path := self._doomed.get()) is not None:
-            shutil.rmtree(path, ignore_errors=True)
+        # A killed slirp4netns takes tens of ms to exit (its tap device and the namespace are
+        # torn down on the way): reaped here too.
+        while (item := self._doomed.get()) is not None:
+            if isinstance(item, subprocess.Popen):
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    item.wait(timeout=60)
+            else:
+                shutil.rmtree(item, ignore_errors=True)
+
+    def reap_later(self, helper: subprocess.Popen[bytes]) -> None:
+        """Wait for a killed helper process in the background."""
+        self._doomed.put(helper)
+
+    def describe_quotas(self) -> str:
+        """The per-sandbox quotas in force, for the level's reason."""
+        if self.disk_quota:
+            disk = f"disk quota {self.disk_mb} MiB and {quota.FILES} files (own tmpfs)"
+        else:
+            disk = "no disk quota (tmpfs without user xattrs before Linux 6.6)"
+        if self._cgroups is None:
+            return f"{disk}; no memory quota ({self.memory_why})"
+        return f"{disk}; memory quota {self.memory_mb + self.disk_mb} MiB incl. files (cgroup v1 memory)"
+
+    @contextlib.contextmanager
+    def forking_into(self, cgroup: Path | None) -> Iterator[None]:
+        """Children this thread forks in the block are born in ``cgroup`` (no-op without one)."""
+        if cgroup is None or self._cgroups is None:
+            yield
+            return
+        with self._cgroups.forking_into(cgroup):
+            yield
+
+    def release_cgroup(self, cgroup: Path | None) -> None:
+        """Remove a dead sandbox's memory cgroup."""
+        if cgroup is not None and self._cgroups is not None:
+            with contextlib.suppress(OSError):
+                self._cgroups.remove(cgroup)
 
     def discard(self, directory: Path) -> None:
         """Move a dead sandbox's files out of the way at once and delete them in the background."""
@@ -366,16 +412,31 @@ class NamespaceBackend(Backend):
         # Only the sandbox's own root (who mounts the overlay from these paths) and host root
         # may enter: other host accounts never reach a sandbox's files.
         os.chown(directory, base, base)
-        for sub in ("lower", "root", "upper", "work"):
+        for sub in ("lower", "root", "rw"):
             (directory / sub).mkdir(mode=0o755)
+        cgroup = None
+        if self._cgroups is not None:
+            try:
+                cgroup = self._cgroups.create(directory.name, self.memory_mb + self.disk_mb)
+            except OSError as exc:
+                shutil.rmtree(directory, ignore_errors=True)
+                raise InfrastructureError(
+                    f"sandbox {sandbox_id}: cannot create its memory cgroup: {exc}"
+                ) from None
         parent, child = socket.socketpair()
+        box: NamespaceBox | None = None
         cfg = {
             "base": base,
             "max_procs": self.max_procs,
             "private": self._private,
             "internet": internet,
             "network": self.internet_network if internet else "none",
-            **{sub: str(directory / sub) for sub in ("lower", "root", "upper", "work")},
+            **{sub: str(directory / sub) for sub in ("lower", "root", "rw")},
+            "upper": str(directory / "rw" / "upper"),
+            "work": str(directory / "rw" / "work"),
+            "disk_mb": self.disk_mb,
+            "files": quota.FILES,
+            "cgroup": None if cgroup is None else str(cgroup),
         }
         try:
             try:
@@ -398,8 +459,17 @@ class NamespaceBackend(Backend):
             parent.settimeout(120)
             network = str(cfg["network"])
             box = NamespaceBox(
-                self, sandbox_id, directory, envs or {}, parent, int(reply[0]["init_pid"]), internet, network
+                self,
+                sandbox_id,
+                directory,
+                envs or {},
+                parent,
+                int(reply[0]["init_pid"]),
+                internet,
+                network,
+                cgroup,
             )
+            box.disk_quota = bool(reply[0].get("disk_quota"))
             if network == "own":
                 try:
                     box.attach_network(self._life_r)
@@ -409,6 +479,8 @@ class NamespaceBackend(Backend):
         except BaseException:
             parent.close()  # an init that did start exits when its socket closes
             shutil.rmtree(directory, ignore_errors=True)
+            if box is None:
+                self.release_cgroup(cgroup)  # a started box released it in kill()
             raise
         with self._lock:
             self._boxes[sandbox_id] = box
@@ -439,6 +511,8 @@ class NamespaceBackend(Backend):
                 os.close(fd)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._zygote.wait(timeout=10)
+        if self._cgroups is not None:
+            self._cgroups.close()
         self._doomed.put(None)
         self._remover.join(timeout=60)
         shutil.rmtree(self.root, ignore_errors=True)
@@ -474,6 +548,7 @@ def open_backend(root: Path) -> tuple[NamespaceBackend | None, str]:
     backend = NamespaceBackend(root, "")
     try:
         probe = backend.start("probe-" + os.urandom(4).hex(), internet=False)
+        backend.disk_quota = probe.disk_quota
         try:
             proc = probe.spawn("id -u", {}, "/home/user", "user", False)
             out, err = proc.communicate(timeout=START_SECONDS)
@@ -487,7 +562,8 @@ def open_backend(root: Path) -> tuple[NamespaceBackend | None, str]:
     network = _probe_network(backend)
     backend.reason = (
         f"namespaces level: per-sandbox user (uids shifted), pid, mount, net, ipc, uts namespaces "
-        f"and an idmapped copy-on-write root; {network} (kernel {platform.release()})"
+        f"and an idmapped copy-on-write root; {network}; {backend.describe_quotas()} "
+        f"(kernel {platform.release()})"
     )
     return backend, backend.reason
 
