@@ -186,3 +186,27 @@ def test_200_sandboxes_alive_at_once_each_running_a_command(
     errors = asyncio.run(scenario())
     assert errors == []
     assert mine() == []
+
+
+def test_concurrent_creates_with_one_idempotency_key_make_one_sandbox(
+    opts: dict[str, str], run_id: str
+) -> None:
+    """Creates start off the event loop; concurrent retries with one idempotency key still get one sandbox."""
+    from e2b import AsyncSandbox
+
+    key = f"idem-{run_id}"
+
+    async def scenario() -> list[str]:
+        made = await asyncio.gather(
+            *(
+                AsyncSandbox.create(idempotency_key=key, metadata={"test_run": run_id}, **opts)
+                for _ in range(4)
+            )
+        )
+        try:
+            return [s.sandbox_id for s in made]
+        finally:
+            await asyncio.gather(*(s.kill() for s in made), return_exceptions=True)
+
+    ids = asyncio.run(scenario())
+    assert len(set(ids)) == 1
