@@ -93,3 +93,27 @@ def test_the_isolation_level_states_the_quotas(small: Emulator) -> None:
     assert f"disk quota {DISK_MB} MiB" in reason or "no disk quota" in reason
     assert f"memory quota {MEMORY_MB + DISK_MB} MiB" in reason or "no memory quota" in reason
     assert os.path.isdir("/var/tmp/pytest-e2b-env")
+
+
+def test_memory_cgroups_of_a_killed_emulator_are_swept(small: Emulator) -> None:
+    """After an emulator dies by SIGKILL its sandboxes' memory cgroups are removed by the next backend."""
+    import signal
+
+    from e2b import Sandbox
+    from emu_helpers import eventually
+
+    from pytest_e2b_env.emulator.isolation import BASE_DIR, select_backend
+    from pytest_e2b_env.emulator.isolation.quota import _own_memory_cgroup
+
+    parent, why = _own_memory_cgroup()
+    if parent is None or "no memory quota" in small.isolation_reason:
+        pytest.skip(why or small.isolation_reason)
+    with Emulator() as doomed:
+        assert doomed.pid is not None
+        mine = parent / f"pytest-e2b-env-{doomed.pid}"
+        Sandbox.create(timeout=120, **doomed.sdk_opts())
+        assert len([p for p in mine.iterdir() if p.is_dir()]) == 1
+        os.kill(doomed.pid, signal.SIGKILL)
+        eventually(lambda: all(not (p / "tasks").read_text() for p in mine.iterdir() if p.is_dir()), 20)
+    select_backend(root=BASE_DIR / f"{os.getpid()}-sweep", force="namespaces").close()
+    assert not mine.exists()
