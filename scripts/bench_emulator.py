@@ -5,9 +5,12 @@
 * commands.run("true") round trip next to a bare subprocess.run of the same command (ratio)
 * 16 concurrent sandboxes each running 10 commands (errors must be 0)
 * code interpreter: run_code("1+1") round trip (p50, p95) and the first cell (kernel start)
+* N (default 300) sandboxes alive at once, each created, running one command, then killed:
+  p50/p95 of each step, errors, peak alive
 
 Targets: create+run+kill p50 <= 100 ms, run round trip p50 <= 15 ms.
-Usage: .venv/bin/python scripts/bench_emulator.py [--cycles 40] [--runs 200] [--isolation process|namespaces]
+Usage: .venv/bin/python scripts/bench_emulator.py [--cycles 40] [--runs 200] [--alive 300]
+       [--isolation process|namespaces]
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -126,10 +131,59 @@ async def bench_concurrent(opts: dict[str, str], sandboxes: int, commands: int) 
     return ok, errors, time.perf_counter() - t0
 
 
+@dataclass
+class Alive:
+    """Figures of :func:`bench_alive`: seconds per step, errors, most sandboxes seen alive, wall time."""
+
+    create: list[float] = field(default_factory=list)
+    run: list[float] = field(default_factory=list)
+    kill: list[float] = field(default_factory=list)
+    errors: int = 0
+    peak: int = 0
+    wall: float = 0.0
+
+
+async def bench_alive(emu: Emulator, count: int) -> Alive:
+    """``count`` sandboxes created concurrently, all alive together, each runs a command, then killed."""
+    opts = emu.sdk_opts()
+    figures = Alive()
+    sandboxes: list[tuple[int, AsyncSandbox]] = []
+
+    async def step(name: str, index: int, call: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            result = await call
+        except Exception as exc:
+            figures.errors += 1
+            print(f"  sandbox {index}: {name} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return None
+        getattr(figures, name).append(time.perf_counter() - t0)
+        return result
+
+    async def make(index: int) -> None:
+        sbx = await step("create", index, AsyncSandbox.create(timeout=600, **opts))
+        if sbx is not None:
+            sandboxes.append((index, sbx))
+
+    async def use(index: int, sbx: AsyncSandbox) -> None:
+        result = await step("run", index, sbx.commands.run(f"echo {index}", timeout=300))
+        if result is not None and result.stdout != f"{index}\n":
+            figures.errors += 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(make(i) for i in range(count)))
+    figures.peak = len(emu.sandboxes())
+    await asyncio.gather(*(use(i, s) for i, s in sandboxes))
+    await asyncio.gather(*(step("kill", i, s.kill()) for i, s in sandboxes))
+    figures.wall = time.perf_counter() - t0
+    return figures
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cycles", type=int, default=40, help="create+run+kill cycles (default 40)")
     parser.add_argument("--runs", type=int, default=200, help="run('true') round trips (default 200)")
+    parser.add_argument("--alive", type=int, default=300, help="sandboxes alive at once (default 300)")
     parser.add_argument("--isolation", choices=("namespaces", "process"), default=None)
     args = parser.parse_args(argv)
     with Emulator(isolation=args.isolation) as emu:
@@ -159,6 +213,16 @@ def main(argv: list[str] | None = None) -> int:
         )
         ok, errors, took = asyncio.run(bench_concurrent(opts, 16, 10))
         print(f"16 sandboxes x 10 commands: ok {ok}, errors {errors}, wall {took:.2f} s")
+        alive = asyncio.run(bench_alive(emu, args.alive))
+        print(
+            f"{args.alive} sandboxes alive at once: peak {alive.peak}, errors {alive.errors},"
+            f" wall {alive.wall:.1f} s"
+        )
+        for name, times in (("create", alive.create), ("run", alive.run), ("kill", alive.kill)):
+            if times:
+                p50, p95 = _ms(statistics.median(times)), _ms(_pct(times, 0.95))
+                print(f"  {name:<7} p50 {p50}  p95 {p95}  (n={len(times)})")
+        errors += alive.errors
         leaked = emu.sandboxes()
         print(f"sandboxes left after the benchmark: {len(leaked)}")
     return 0 if errors == 0 and not leaked else 1

@@ -41,7 +41,7 @@ def main() -> None:
     backend = select_backend(root=Path("/var/tmp/pytest-e2b-env/bench"), force=args.level)
     print(f"level: {backend.level} ({backend.reason})")
     print(f"select_backend (incl. probe sandbox) {(time.perf_counter() - t0) * 1000:.1f} ms")
-    starts, runs, kills, totals, fs_ops, host = [], [], [], [], [], []
+    starts, runs, kills, totals, fs_ops, host, online = [], [], [], [], [], [], []
 
     def run(box: Box, cmd: str = "true") -> None:
         proc = box.spawn(cmd, {}, "/home/user", "user", False)
@@ -59,6 +59,9 @@ def main() -> None:
             kills.append(time.perf_counter() - t2)
             totals.append(time.perf_counter() - t)
             host.append(timed(functools.partial(subprocess.run, ["/bin/bash", "-c", "true"], check=True)))
+            t = time.perf_counter()
+            backend.start(f"bench-net{i}", internet=True, envs={}).kill()
+            online.append(time.perf_counter() - t)
         box = backend.start("bench-warm", internet=False, envs={})
         warm = [timed(lambda: run(box)) for _ in range(args.n)]
         box.kill()
@@ -71,6 +74,7 @@ def main() -> None:
     figures("fs.write small file", fs_ops)
     figures("kill() (confirmed, files removed)", kills)
     figures("start+run+kill", totals)
+    figures("start+kill, internet (own network)", online)
     print(f"warm run / host run ratio: {statistics.median(warm) / statistics.median(host):.2f}")
 
 

@@ -6,6 +6,7 @@ the SDK's own ``handle_api_exception`` produces the exceptions users see on E2B.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import datetime as dt
@@ -127,6 +128,8 @@ class ControlPlane:
         self.registry = registry
         self.limits = limits or Limits()
         self._idempotent: dict[str, str] = {}  # Idempotency-Key -> the sandbox that key created
+        self._creating: dict[str, asyncio.Lock] = {}  # Idempotency-Key -> held while it creates
+        self._waiting: dict[str, int] = {}  # Idempotency-Key -> requests holding or awaiting its lock
 
     async def handle(
         self, method: str, path: str, query: str, body: bytes, headers: Mapping[str, str] | None = None
@@ -139,7 +142,7 @@ class ControlPlane:
             return error(404, f"no such route: {method} {path}"), None
         if len(parts) == 1:
             if method == "POST":
-                return self.create(body, (headers or {}).get("idempotency-key"))
+                return await self.create(body, (headers or {}).get("idempotency-key"))
             if method == "GET":
                 return self.list(query), None
             return error(405, f"method {method} not allowed on {path}"), None
@@ -164,8 +167,22 @@ class ControlPlane:
             return error(400, "pausing is not supported by the local emulator; use kill"), sandbox_id
         return error(404, f"no such route: {method} {path}"), sandbox_id
 
-    def create(self, body: bytes, idempotency_key: str | None = None) -> tuple[Answer, str | None]:
+    async def create(self, body: bytes, idempotency_key: str | None = None) -> tuple[Answer, str | None]:
         """``POST /v2/sandboxes``; a repeated ``Idempotency-Key`` returns the sandbox it already made."""
+        if not idempotency_key:
+            return await self._create(body, None)
+        # a start takes a while off the loop: a retry with the same key waits for the first
+        lock = self._creating.setdefault(idempotency_key, asyncio.Lock())
+        self._waiting[idempotency_key] = self._waiting.get(idempotency_key, 0) + 1
+        try:
+            async with lock:
+                return await self._create(body, idempotency_key)
+        finally:
+            self._waiting[idempotency_key] -= 1
+            if not self._waiting[idempotency_key]:
+                del self._waiting[idempotency_key], self._creating[idempotency_key]
+
+    async def _create(self, body: bytes, idempotency_key: str | None) -> tuple[Answer, str | None]:
         if idempotency_key:
             earlier = self.registry.get(self._idempotent.get(idempotency_key))
             if earlier is not None:
@@ -190,7 +207,7 @@ class ControlPlane:
         deny = network.get("denyOut") or []
         allow_internet = req.get("allow_internet_access") is not False and "0.0.0.0/0" not in deny
         try:
-            sbx = self.registry.create(template, int(timeout), metadata, envs, allow_internet)  # type: ignore[arg-type]
+            sbx = await self.registry.create(template, int(timeout), metadata, envs, allow_internet)  # type: ignore[arg-type]
         except Exception as exc:  # the isolation layer failed: an E2B-style 500, never a traceback
             return error(500, f"could not start a sandbox: {type(exc).__name__}: {exc}"), None
         if idempotency_key:

@@ -175,6 +175,8 @@ def _http_error(exc: Exception, path: str) -> tuple[int, list[tuple[bytes, bytes
         return json_response(400, {"code": 400, "message": f"a parent of '{path}' is not a directory"})
     if isinstance(exc, PermissionError):
         return json_response(403, {"code": 403, "message": f"permission denied: '{path}'"})
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:  # the sandbox's disk quota (SDK: 507)
+        return json_response(507, {"code": 507, "message": f"not enough disk space available for '{path}'"})
     return json_response(500, {"code": 500, "message": f"filesystem error on '{path}': {type(exc).__name__}"})
 
 

@@ -148,8 +148,10 @@ class Emulator:
                 raise EmulatorError(
                     f"the emulator did not start within {self.startup_timeout:g}s{self._stderr_tail()}"
                 )
-            ready, _, _ = select.select([fd], [], [], min(left, 0.5))
-            if not ready:
+            # poll, not select: the caller may hold more than 1024 descriptors
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            if not poller.poll(min(left, 0.5) * 1000):
                 if self._proc.poll() is not None:
                     raise EmulatorError(
                         f"the emulator exited with {self._proc.returncode}{self._stderr_tail()}"

@@ -35,6 +35,15 @@ class Limits:
     stdin_wait_s: float = 60.0
     #: Longest wait for one files request to a sandbox's init; a silent init is torn down.
     fs_timeout_s: float = 60.0
+    #: Most open connections (also capped at a quarter of the open-files limit); past it the
+    #: longest-idle one is closed for each new one, a request in flight never.
+    max_connections: int = 4096
+    #: A connection with no request in flight closes after this long.
+    idle_seconds: float = 30.0
+    #: Memory of one sandbox besides its files (MiB; cgroup v1 memory where the host has it).
+    sandbox_memory_mb: int = 512
+    #: Size of one sandbox's writable layer (MiB; its own tmpfs, which also counts as memory).
+    sandbox_disk_mb: int = 1024
 
     @property
     def upload_bytes(self) -> int:

@@ -86,4 +86,4 @@ def serve_forever(
     from pytest_e2b_env.emulator.server import load_backend, serve
     from pytest_e2b_env.target.settings import emulator_key
 
-    serve(sock, load_backend(isolation), emulator_key() or new_api_key(), limits=limits)
+    serve(sock, load_backend(isolation, limits), emulator_key() or new_api_key(), limits=limits)

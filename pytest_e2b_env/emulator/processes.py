@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import select
 import signal
 import subprocess
 from collections.abc import AsyncIterator, Callable
@@ -26,6 +25,8 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 from e2b.envd.process import process_pb as P
 from protobuf import Oneof
+
+from pytest_e2b_env.emulator.isolation._linux import readable
 
 
 def _oneof(name: str, value: Any) -> Any:
@@ -61,7 +62,7 @@ def end_event(returncode: int) -> P.ProcessEvent:
 
 def _pidfd_signalled(pidfd: int) -> bool:
     """Whether the process behind ``pidfd`` has exited (the pidfd polls readable)."""
-    return bool(select.select([pidfd], [], [], 0)[0])
+    return readable(pidfd)
 
 
 class Proc:

@@ -1,8 +1,9 @@
 """Sandbox records and their registry: create, look up, expire, kill, lose.
 
 A sandbox is a record (template, metadata, envs, lifetime, access token) around a ``Box``
-from the isolation backend. All methods run on the server's event loop thread, so box
-creation and command spawns happen in the thread whose death the boxes watch.
+from the isolation backend. All methods run on the server's event loop thread; only the
+blocking part of a box's start and kill runs in worker threads (nothing of a box depends on
+the thread that made it: sandboxes die with the emulator through the backend's lifeline).
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ class Registry:
         self._boxes: dict[str, Sandbox] = {}
         self._killing: set[asyncio.Task[bool]] = set()
 
-    def create(
+    async def create(
         self,
         template_id: str,
         timeout_s: int,
@@ -144,9 +145,13 @@ class Registry:
         envs: dict[str, str],
         allow_internet_access: bool,
     ) -> Sandbox:
-        """Start a box and register it (runs on the loop thread on purpose, see module doc)."""
+        """Start a box in a worker thread and register it on the loop thread.
+
+        Starting waits for the sandbox's builder (and network helper): off the event loop, so a
+        burst of creates neither stalls other requests nor queues one after the other.
+        """
         sandbox_id = new_sandbox_id()
-        box = self.backend.start(sandbox_id, allow_internet_access, dict(envs))
+        box = await asyncio.to_thread(self.backend.start, sandbox_id, allow_internet_access, dict(envs))
         now = _now()
         sbx = Sandbox(
             sandbox_id=sandbox_id,

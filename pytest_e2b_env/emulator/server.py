@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import uvicorn
 
 from pytest_e2b_env.emulator.app import EmulatorApp
+from pytest_e2b_env.emulator.connections import bounded_protocol, connection_limits, raise_open_files_limit
 from pytest_e2b_env.emulator.limits import Limits
 from pytest_e2b_env.errors import EmulatorError
 from pytest_e2b_env.target.settings import sdk_env
@@ -22,13 +23,15 @@ if TYPE_CHECKING:
     from pytest_e2b_env.emulator.isolation.api import Backend
 
 
-def load_backend(isolation: str | None) -> Backend:
-    """The isolation backend: the best available, or the level asked for."""
+def load_backend(isolation: str | None, limits: Limits | None = None) -> Backend:
+    """The isolation backend: the best available, or the level asked for, with the limits' quotas."""
     from pytest_e2b_env.emulator.isolation import select_backend
 
     if isolation not in (None, "namespaces", "process"):
         raise EmulatorError(f"isolation={isolation!r} is not a level; use 'namespaces', 'process' or None")
-    return select_backend(force=isolation)  # type: ignore[arg-type]  # checked just above
+    limits = limits if limits is not None else Limits()
+    quotas = (limits.sandbox_memory_mb, limits.sandbox_disk_mb)
+    return select_backend(force=isolation, quotas=quotas)  # type: ignore[arg-type]  # checked just above
 
 
 class _DropNoise(logging.Filter):
@@ -63,6 +66,8 @@ def serve(
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}"
+    limits = limits if limits is not None else Limits()
+    max_connections, idle_s = connection_limits(raise_open_files_limit(), limits)
     app = EmulatorApp(backend, api_key, limits)
     for line in announce_lines(url, api_key):
         print(line, file=out)
@@ -74,7 +79,7 @@ def serve(
         log_level="warning",
         access_log=False,
         lifespan="on",
-        http="h11",
+        http=bounded_protocol(max_connections, idle_s),
         timeout_graceful_shutdown=2,
         timeout_keep_alive=30,
     )

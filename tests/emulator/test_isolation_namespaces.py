@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from emu_helpers import host_outside_ipv4
 
 from pytest_e2b_env.emulator.isolation import BASE_DIR, Backend, Box, select_backend
 from pytest_e2b_env.emulator.isolation.namespaces import MAX_PROCS, UID_BASE, NamespaceBackend, NamespaceBox
@@ -204,9 +205,10 @@ def test_user_account_and_ownership(box: NamespaceBox) -> None:
         sh(box, "stat -c %U:%G /home/user/new /home/user/new/deeper /home/user/new/deeper/f.txt")[1].split()
         == ["user:user"] * 3
     )
-    upper = box.directory / "upper" / "home" / "user" / "new" / "deeper" / "f.txt"
+    # the writable layer is on the sandbox's own tmpfs: seen from the host through its init
+    stored = Path(f"/proc/{box.init_pid}/root/home/user/new/deeper/f.txt")
     base = int(Path(f"/proc/{box.init_pid}/uid_map").read_text().split()[1])
-    assert upper.stat().st_uid == base + 1000  # host check: the shifted uid, never a host account
+    assert stored.stat().st_uid == base + 1000  # host check: the shifted uid, never a host account
     assert box.fs.write("/root/r.txt", b"x", "root")["owner"] == "root"
 
 
@@ -250,24 +252,42 @@ def test_no_network_without_internet(box: NamespaceBox) -> None:
     assert lines[2] == "ConnectionRefusedError 111"  # the sandbox's own, empty loopback
 
 
-def test_internet_shares_the_host_network(backend: Backend) -> None:
-    """With internet the sandbox has the host's egress (it reaches a host listener)."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(1)
-    port = listener.getsockname()[1]
+def test_internet_gets_its_own_network(backend: Backend) -> None:
+    """With internet the sandbox has eth0 and outbound access, but not the host's loopback."""
+    assert isinstance(backend, NamespaceBackend)
+    if backend.internet_network != "own":
+        pytest.skip(backend.reason)
+    address = host_outside_ipv4()
+    if address is None:
+        pytest.skip("this host has no non-loopback IPv4 address to stand for the internet")
+    outside, loopback = socket.socket(), socket.socket()
+    outside.bind((address, 0))
+    loopback.bind(("127.0.0.1", 0))
+    for listener in (outside, loopback):
+        listener.listen(1)
+    loopback.setblocking(False)
+    probe = textwrap.dedent(f"""
+        import socket
+        for addr in [("{address}", {outside.getsockname()[1]}), ("127.0.0.1", {loopback.getsockname()[1]})]:
+            s = socket.socket(); s.settimeout(5)
+            try:
+                s.connect(addr); print("connected")
+            except OSError as exc:
+                print(type(exc).__name__)
+    """)
     online = backend.start(f"n{uuid.uuid4().hex[:12]}", internet=True, envs={})
     try:
-        code, out, _ = sh(
-            online, f"python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port})); print(1)'"
-        )
-        assert (code, out) == (0, "1\n")
-        listener.settimeout(10)
-        conn, _ = listener.accept()
+        code, out, _ = sh(online, f"tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; python3 -c '{probe}'")
+        outside.settimeout(10)
+        conn, _ = outside.accept()
         conn.close()
+        with pytest.raises(BlockingIOError):
+            loopback.accept()
     finally:
-        listener.close()
+        outside.close()
+        loopback.close()
         online.kill()
+    assert (code, out.split()) == (0, ["lo", "eth0", "connected", "ConnectionRefusedError"])
 
 
 def test_nested_namespaces_and_user_switch_as_root(box: NamespaceBox) -> None:

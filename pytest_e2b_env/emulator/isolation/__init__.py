@@ -58,12 +58,15 @@ def _default_root() -> Path:
 
 
 def select_backend(
-    root: Path | None = None, force: Literal["namespaces", "process"] | None = None
+    root: Path | None = None,
+    force: Literal["namespaces", "process"] | None = None,
+    quotas: tuple[int, int] | None = None,
 ) -> Backend:
     """The isolation backend for this process: namespaces when possible, else plain processes.
 
     ``root`` holds the sandbox files (default ``/var/tmp/pytest-e2b-env/<pid>``); ``force``
-    pins a level (``force="namespaces"`` raises EmulatorError, with the reason, when impossible).
+    pins a level (``force="namespaces"`` raises EmulatorError, with the reason, when impossible);
+    ``quotas`` is ``(memory_mb, disk_mb)`` per sandbox (default E2B's 512 / 1024).
     """
     if force not in (None, "namespaces", "process"):
         raise ValueError(f"force={force!r} is not an isolation level. Use 'namespaces', 'process' or None.")
@@ -74,7 +77,7 @@ def select_backend(
         return ProcessBackend(root, "plain-process level forced by the caller")
     from . import namespaces
 
-    backend, why = namespaces.open_backend(root)
+    backend, why = namespaces.open_backend(root, *(quotas or ()))
     if backend is not None:
         return backend
     if force == "namespaces":

@@ -4,14 +4,17 @@ The emulator (host root) starts this script once per backend as a "zygote": it i
 everything once, then forks one builder per sandbox on request (the request carries the
 sandbox's control socket). The builder does, with raw syscalls rather than util-linux tools:
 
-1. As host root, lay out the copy-on-write upper dir (account files, masks over host secrets,
-   opaque private /tmp, /root, /home).
+1. As host root, enter the sandbox's memory cgroup, mount its size-capped tmpfs for the
+   writable layer (private mount namespace) and lay out the copy-on-write upper dir (account
+   files, masks over host secrets, opaque private /tmp, /root, /home).
 2. Fork a throwaway child into a new user namespace and write its maps (sandbox uids 0..65535 =
    host ``base``..``base+65535``); keep the namespace fd.
 3. In a private mount namespace, clone ``/`` without submounts, idmap it with that user
    namespace, make it read-only and attach it as the overlay's lower layer.
-4. Join the user namespace as its root (no capability left on the host), unshare mount, pid,
-   ipc, uts (and net unless internet is allowed), mount the overlay.
+4. With internet, create the sandbox's network namespace as host root (the emulator attaches
+   slirp4netns to it). Join the user namespace as its root (no capability left on the host),
+   unshare mount, pid, ipc, uts (and net, owned by sandbox root, without internet), mount the
+   overlay.
 5. Fork the init (pid 1): fresh /proc, a minimal /dev, no /sys, pivot_root into the overlay and
    detach the old root so the host tree is unreachable.
 6. The init reports ready and its host pid on the control socket, then loops: reaps orphans
@@ -40,6 +43,50 @@ import fsops
 from _upper import HOSTNAME, USER_UID, build_upper
 
 DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
+
+
+# -- step 1: quotas and the writable layer -----------------------------------------------------
+
+
+def join_cgroup(cfg: dict[str, Any]) -> None:
+    """Enter the sandbox's memory cgroup first: everything of the sandbox is born in it.
+
+    Where host root has CAP_SYS_RESOURCE, the init (forked from here) is the OOM killer's last
+    choice in its sandbox: sandbox root cannot lower its own processes' score (that needs the
+    same capability on the host), so a memory hog is killed before the init.
+    """
+    if cfg.get("cgroup"):
+        with open(os.path.join(cfg["cgroup"], "cgroup.procs"), "w") as fh:
+            fh.write(str(os.getpid()))
+        try:
+            with open("/proc/self/oom_score_adj", "w") as fh:
+                fh.write("-999")
+        except PermissionError:
+            pass  # a host root without CAP_SYS_RESOURCE: the init is scored like its commands
+
+
+def private_layer(cfg: dict[str, Any]) -> bool:
+    """Put the overlay's upper and work dirs on a size-capped tmpfs of this sandbox; True if done.
+
+    Mounted in a private mount namespace of the builder, so the host never sees it and it is
+    freed with the sandbox's last process. Overlay needs user xattrs on its upper layer
+    (``userxattr``): tmpfs has them since Linux 6.6; on older kernels the layer stays on the
+    host's disk without a quota.
+    """
+    L.unshare(L.CLONE_NEWNS)
+    L.mount(None, "/", None, L.MS_REC | L.MS_PRIVATE)
+    rw = cfg["rw"]
+    L.mount("tmpfs", rw, "tmpfs", 0, f"size={cfg['disk_mb']}m,nr_inodes={cfg['files']},mode=0755")
+    try:
+        os.setxattr(rw, "user.pytest-e2b-env", b"1")
+        os.removexattr(rw, "user.pytest-e2b-env")
+        capped = True
+    except OSError:
+        L.umount2(rw, 0)
+        capped = False
+    for path in (cfg["upper"], cfg["work"]):
+        os.mkdir(path, 0o755)
+    return capped
 
 
 # -- steps 2-4: namespaces --------------------------------------------------------------------
@@ -107,17 +154,22 @@ def lo_up() -> None:
 
 def enter_sandbox(cfg: dict[str, Any], userns_fd: int) -> None:
     """Become the sandbox's root and create its other namespaces, then mount its root fs."""
+    if cfg["network"] == "own":
+        # Created by host root, so sandbox root has no privilege in it (no raw sockets, routes
+        # or sysctls): the emulator attaches a user-space stack whose rules then hold for any code.
+        L.unshare(L.CLONE_NEWNET)
+        lo_up()
     L.setns(userns_fd, L.CLONE_NEWUSER)
     os.close(userns_fd)
     os.setgroups([])
     os.setresgid(0, 0, 0)
     os.setresuid(0, 0, 0)
     flags = L.CLONE_NEWNS | L.CLONE_NEWPID | L.CLONE_NEWIPC | L.CLONE_NEWUTS
-    if not cfg["internet"]:
+    if cfg["network"] == "none":
         flags |= L.CLONE_NEWNET
     L.unshare(flags)
     socket.sethostname(HOSTNAME)
-    if not cfg["internet"]:
+    if cfg["network"] == "none":
         lo_up()
     opts = f"lowerdir={cfg['lower']},upperdir={cfg['upper']},workdir={cfg['work']},userxattr"
     L.mount("overlay", cfg["root"], "overlay", 0, opts)
@@ -259,7 +311,7 @@ def init_main(cfg: dict[str, Any], sock: socket.socket, lifeline: int) -> None:
     os.closerange(low, 1 << 16)
     signal.signal(signal.SIGCHLD, reap)
     agent = Agent(sock)
-    _frames.send(sock, {"ready": True, "init_pid": outside_pid})
+    _frames.send(sock, {"ready": True, "init_pid": outside_pid, "disk_quota": cfg["disk_quota"]})
     sel = selectors.DefaultSelector()
     sel.register(lifeline, selectors.EVENT_READ)
     sel.register(sock, selectors.EVENT_READ)
@@ -278,6 +330,8 @@ def build_sandbox(cfg: dict[str, Any], sock: socket.socket, lifeline: int) -> No
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # make_userns waits for its own child
         # Dies with the zygote, which outlives any sandbox start.
         L.prctl(L.PR_SET_PDEATHSIG, signal.SIGKILL)
+        join_cgroup(cfg)
+        cfg["disk_quota"] = private_layer(cfg)
         build_upper(cfg)
         userns_fd = make_userns(cfg["base"], cfg["max_procs"])
         idmapped_lower(cfg["lower"], userns_fd)

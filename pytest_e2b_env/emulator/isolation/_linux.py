@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import select
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
@@ -158,3 +159,14 @@ def setfsuid(uid: int) -> None:
 def setfsgid(gid: int) -> None:
     """setfsgid(2)."""
     _libc.setfsgid(ctypes.c_uint(gid))
+
+
+def readable(fd: int, timeout_s: float = 0.0) -> bool:
+    """Whether ``fd`` polls readable within ``timeout_s`` (a pidfd: the process exited).
+
+    poll(2), never select(2): select cannot watch descriptors above 1023, and an emulator with
+    hundreds of sandboxes and connections has many.
+    """
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(timeout_s, 0.0) * 1000.0))

@@ -1,11 +1,13 @@
 """The namespaces level, host side: start sandbox inits, run commands inside them, kill them.
 
 Each sandbox is one init process (see ``_init.py``) owning its own user, pid, mount, ipc, uts
-(and, without internet, net) namespaces. Commands are forked by the emulator straight into the
-sandbox's pid namespace (this thread's ``pid_for_children`` is switched for the fork), so
-``proc.pid`` is the leader's host pid and the emulator stays its parent; the child joins the
-other namespaces and becomes the sandbox account before exec. Killing the init makes the
-kernel kill every process of the pid namespace, daemons included.
+and net namespaces. Without internet the net namespace has only ``lo``; with internet it is
+owned by host root (sandbox root has no network privilege in it) and ``slirp4netns`` gives it
+outbound access through the host's sockets, host loopback excluded. Commands are forked by
+the emulator straight into the sandbox's pid namespace (this thread's ``pid_for_children``
+is switched for the fork), so ``proc.pid`` is the leader's host pid and the emulator stays
+its parent; the child joins the other namespaces and becomes the sandbox account before exec.
+Killing the init makes the kernel kill every process of the pid namespace, daemons included.
 
 Every init also holds the read end of one "lifeline" pipe whose write end only the emulator
 holds: when the emulator dies (SIGKILL included) the pipe reaches EOF and every init exits.
@@ -20,7 +22,6 @@ import json
 import os
 import platform
 import queue
-import select
 import shutil
 import signal
 import socket
@@ -28,12 +29,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from pytest_e2b_env.errors import CleanupError, InfrastructureError
 
-from . import _frames
+from . import _frames, quota
 from . import _linux as L
 from .api import Backend, Box, check_sandbox_id, check_user, envd_env, home_of
 from .fsops import remove_tree_quietly
@@ -55,6 +57,9 @@ MAX_PROCS = 1024
 REQUEST_SECONDS = 60.0
 #: Largest reply header accepted from an init (a listing at the entry cap fits).
 REPLY_HEADER_MAX = 256 << 20
+#: The user-space network stack of internet sandboxes (Debian package slirp4netns).
+SLIRP4NETNS = shutil.which("slirp4netns") or "/usr/bin/slirp4netns"
+NETWORK_SECONDS = 10.0
 _slots = itertools.count()
 
 
@@ -73,7 +78,7 @@ def _close_quietly(fd: int) -> None:
 
 
 def _readable(fd: int) -> bool:
-    return bool(select.select([fd], [], [], 0)[0])
+    return L.readable(fd)
 
 
 class NamespaceBox(Box):
@@ -88,11 +93,19 @@ class NamespaceBox(Box):
         sock: socket.socket,
         init_pid: int,
         internet: bool,
+        network: str,
+        cgroup: Path | None = None,
     ) -> None:
         self.sandbox_id = sandbox_id
         self.directory = directory
         self.init_pid = init_pid
         self.internet = internet
+        #: "none" (lo only), "own" (own namespace + slirp4netns) or "host" (the host's namespace)
+        self.network = network
+        self._slirp: subprocess.Popen[bytes] | None = None
+        self._cgroup = cgroup
+        #: Whether the writable layer is on its own size-capped tmpfs (see ``quota``).
+        self.disk_quota = False
         self._backend = backend
         self._envs = dict(envs)
         self._sock = sock
@@ -102,7 +115,7 @@ class NamespaceBox(Box):
         self._poisoned = False
         self._next_id = 0
         self._pidfd = os.pidfd_open(init_pid)
-        names = ["user", "mnt", "ipc", "uts", "pid"] + ([] if internet else ["net"])
+        names = ["user", "mnt", "ipc", "uts", "pid"] + ([] if network == "host" else ["net"])
         self._ns = {
             name: os.open(f"/proc/{init_pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC) for name in names
         }
@@ -195,12 +208,14 @@ class NamespaceBox(Box):
         with self._lock:
             if self._killed:
                 raise ProcessLookupError(errno.ESRCH, f"sandbox {self.sandbox_id} is not running")
-            # Forks made by this thread land in the sandbox's pid namespace until switched back.
-            L.setns(self._ns["pid"], L.CLONE_NEWPID)
-            try:
-                proc = self._popen(argv, stdin, fds)
-            finally:
-                L.setns(self._backend.host_pidns, L.CLONE_NEWPID)
+            # Forks made by this thread land in the sandbox's pid namespace (and memory cgroup)
+            # until switched back.
+            with self._backend.forking_into(self._cgroup):
+                L.setns(self._ns["pid"], L.CLONE_NEWPID)
+                try:
+                    proc = self._popen(argv, stdin, fds)
+                finally:
+                    L.setns(self._backend.host_pidns, L.CLONE_NEWPID)
             self._procs = [p for p in self._procs if p.returncode is None]
             self._procs.append(proc)
         return proc
@@ -223,9 +238,63 @@ class NamespaceBox(Box):
 
     def _join_order(self) -> list[tuple[str, int]]:
         order = [("user", L.CLONE_NEWUSER), ("mnt", L.CLONE_NEWNS)]
-        if not self.internet:
+        if self.network != "host":
             order.append(("net", L.CLONE_NEWNET))
         return [*order, ("ipc", L.CLONE_NEWIPC), ("uts", L.CLONE_NEWUTS)]
+
+    def attach_network(self, lifeline: int) -> None:
+        """Give the sandbox's own network namespace outbound access through slirp4netns.
+
+        ``--disable-host-loopback`` refuses the gateway alias of the host's 127.0.0.1; packets
+        crafted to other loopback addresses cannot be sent, because sandbox root has no raw
+        socket or route privilege in a namespace owned by host root. slirp4netns runs in its
+        own mount namespace with no capabilities and a seccomp filter, and exits when the
+        lifeline closes (the emulator died) or when ``kill()`` ends it.
+        """
+        ready_r, ready_w = os.pipe()
+        try:
+            net = self._ns["net"]
+            self._slirp = subprocess.Popen(
+                [
+                    SLIRP4NETNS,
+                    "--configure",
+                    "--mtu=65520",
+                    "--disable-host-loopback",
+                    "--enable-sandbox",
+                    "--enable-seccomp",
+                    f"--ready-fd={ready_w}",
+                    f"--exit-fd={lifeline}",
+                    "--netns-type=path",
+                    f"/proc/self/fd/{net}",
+                    "eth0",
+                ],
+                env=HELPER_ENV,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                pass_fds=(ready_w, lifeline, net),
+            )
+            os.close(ready_w)
+            ready_w = -1
+            ok = L.readable(ready_r, NETWORK_SECONDS) and os.read(ready_r, 1) == b"1"
+        except OSError as exc:
+            raise InfrastructureError(f"sandbox {self.sandbox_id}: cannot start slirp4netns: {exc}") from None
+        finally:
+            _close_quietly(ready_r)
+            if ready_w >= 0:
+                _close_quietly(ready_w)
+        if not ok:
+            code = self._slirp.poll()
+            raise InfrastructureError(
+                f"sandbox {self.sandbox_id}: slirp4netns did not configure the network within "
+                f"{NETWORK_SECONDS:g}s (exit code {code})"
+            )
+
+    def _stop_network(self) -> None:
+        if self._slirp is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self._slirp.kill()  # SIGKILL: certain; the exit itself is awaited in the background
+            self._backend.reap_later(self._slirp)
 
     def alive(self) -> bool:
         """True until killed, until the init died or its channel was poisoned."""
@@ -243,14 +312,16 @@ class NamespaceBox(Box):
         deadline = time.monotonic() + timeout
         # The init's exit completes only once every process of its namespace is reaped; the
         # commands are our children, so reap them while waiting.
-        while not select.select([self._pidfd], [], [], 0.005)[0]:
+        while not L.readable(self._pidfd, 0.005):
             for proc in procs:
                 proc.poll()
             if time.monotonic() > deadline:
                 raise CleanupError(f"sandbox {self.sandbox_id} init survived SIGKILL", [self.sandbox_id])
         for proc in procs:
             proc.poll()
+        self._stop_network()  # its tap device keeps the namespace alive until it exits
         self._close_fds()
+        self._backend.release_cgroup(self._cgroup)
         self._backend.forget(self.sandbox_id)
         self._backend.discard(self.directory)
 
@@ -269,7 +340,13 @@ class NamespaceBackend(Backend):
     #: Most processes one sandbox may have at once (all its users together; see ``_init.make_userns``).
     max_procs = MAX_PROCS
 
-    def __init__(self, root: Path, reason: str) -> None:
+    def __init__(
+        self,
+        root: Path,
+        reason: str,
+        memory_mb: int = quota.DEFAULT_MEMORY_MB,
+        disk_mb: int = quota.DEFAULT_DISK_MB,
+    ) -> None:
         self.root = root
         self.reason = reason
         self._life_r, self._life_w = os.pipe()  # both close-on-exec; the read end is passed explicitly
@@ -284,6 +361,13 @@ class NamespaceBackend(Backend):
 
         os.register_at_fork(after_in_child=drop_lifeline)
         self.host_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        #: How internet sandboxes get out: their own namespace through slirp4netns, or, without
+        #: slirp4netns, the host's namespace (host loopback and other sandboxes reachable).
+        self.internet_network = "own" if os.access(SLIRP4NETNS, os.X_OK) else "host"
+        self.memory_mb, self.disk_mb = memory_mb, disk_mb
+        self._cgroups, self.memory_why = quota.MemoryCgroups.open()
+        #: Set by the probe: whether the sandbox's writable layer got its own size-capped tmpfs.
+        self.disk_quota = False
         self._private = _private_paths()
         self._boxes: dict[str, NamespaceBox] = {}
         self._lock = threading.Lock()
@@ -302,15 +386,50 @@ class NamespaceBackend(Backend):
             zygote_end.close()
         self._trash = root / ".trash"
         self._trash.mkdir(mode=0o700, exist_ok=True)
-        self._doomed: queue.SimpleQueue[Path | None] = queue.SimpleQueue()
+        self._doomed: queue.SimpleQueue[Path | subprocess.Popen[bytes] | None] = queue.SimpleQueue()
         self._remover = threading.Thread(target=self._remove_loop, name="isolation-trash", daemon=True)
         self._remover.start()
 
     def _remove_loop(self) -> None:
         # Deleting a sandbox's files costs tens of ms on this disk; kill() only renames them away.
-        # Sandbox-shaped trees (any depth, odd names, symlinks) must never end this thread.
-        while (path := self._doomed.get()) is not None:
-            remove_tree_quietly(path)
+        # Sandbox-shaped trees (any depth, odd names, symlinks) must never end this thread; a
+        # killed slirp4netns takes tens of ms to exit (its tap device and the namespace are torn
+        # down on the way): reaped here too.
+        while (item := self._doomed.get()) is not None:
+            if isinstance(item, subprocess.Popen):
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    item.wait(timeout=60)
+            else:
+                remove_tree_quietly(item)
+
+    def reap_later(self, helper: subprocess.Popen[bytes]) -> None:
+        """Wait for a killed helper process in the background."""
+        self._doomed.put(helper)
+
+    def describe_quotas(self) -> str:
+        """The per-sandbox quotas in force, for the level's reason."""
+        if self.disk_quota:
+            disk = f"disk quota {self.disk_mb} MiB and {quota.FILES} files (own tmpfs)"
+        else:
+            disk = "no disk quota (tmpfs without user xattrs before Linux 6.6)"
+        if self._cgroups is None:
+            return f"{disk}; no memory quota ({self.memory_why})"
+        return f"{disk}; memory quota {self.memory_mb + self.disk_mb} MiB incl. files (cgroup v1 memory)"
+
+    @contextlib.contextmanager
+    def forking_into(self, cgroup: Path | None) -> Iterator[None]:
+        """Children this thread forks in the block are born in ``cgroup`` (no-op without one)."""
+        if cgroup is None or self._cgroups is None:
+            yield
+            return
+        with self._cgroups.forking_into(cgroup):
+            yield
+
+    def release_cgroup(self, cgroup: Path | None) -> None:
+        """Remove a dead sandbox's memory cgroup."""
+        if cgroup is not None and self._cgroups is not None:
+            with contextlib.suppress(OSError):
+                self._cgroups.remove(cgroup)
 
     def discard(self, directory: Path) -> None:
         """Move a dead sandbox's files out of the way at once and delete them in the background."""
@@ -334,15 +453,31 @@ class NamespaceBackend(Backend):
         # Only the sandbox's own root (who mounts the overlay from these paths) and host root
         # may enter: other host accounts never reach a sandbox's files.
         os.chown(directory, base, base)
-        for sub in ("lower", "root", "upper", "work"):
+        for sub in ("lower", "root", "rw"):
             (directory / sub).mkdir(mode=0o755)
+        cgroup = None
+        if self._cgroups is not None:
+            try:
+                cgroup = self._cgroups.create(directory.name, self.memory_mb + self.disk_mb)
+            except OSError as exc:
+                remove_tree_quietly(directory)
+                raise InfrastructureError(
+                    f"sandbox {sandbox_id}: cannot create its memory cgroup: {exc}"
+                ) from None
         parent, child = socket.socketpair()
+        box: NamespaceBox | None = None
         cfg = {
             "base": base,
             "max_procs": self.max_procs,
             "private": self._private,
             "internet": internet,
-            **{sub: str(directory / sub) for sub in ("lower", "root", "upper", "work")},
+            "network": self.internet_network if internet else "none",
+            **{sub: str(directory / sub) for sub in ("lower", "root", "rw")},
+            "upper": str(directory / "rw" / "upper"),
+            "work": str(directory / "rw" / "work"),
+            "disk_mb": self.disk_mb,
+            "files": quota.FILES,
+            "cgroup": None if cgroup is None else str(cgroup),
         }
         try:
             try:
@@ -363,12 +498,30 @@ class NamespaceBackend(Backend):
                 why = reply[0]["error"] if reply else "the builder exited without a word"
                 raise InfrastructureError(f"sandbox {sandbox_id} could not start: {why}")
             parent.settimeout(120)
+            network = str(cfg["network"])
             box = NamespaceBox(
-                self, sandbox_id, directory, envs or {}, parent, int(reply[0]["init_pid"]), internet
+                self,
+                sandbox_id,
+                directory,
+                envs or {},
+                parent,
+                int(reply[0]["init_pid"]),
+                internet,
+                network,
+                cgroup,
             )
+            box.disk_quota = bool(reply[0].get("disk_quota"))
+            if network == "own":
+                try:
+                    box.attach_network(self._life_r)
+                except BaseException:
+                    box.kill()
+                    raise
         except BaseException:
             parent.close()  # an init that did start exits when its socket closes
             remove_tree_quietly(directory)
+            if box is None:
+                self.release_cgroup(cgroup)  # a started box released it in kill()
             raise
         with self._lock:
             self._boxes[sandbox_id] = box
@@ -399,6 +552,8 @@ class NamespaceBackend(Backend):
                 os.close(fd)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._zygote.wait(timeout=10)
+        if self._cgroups is not None:
+            self._cgroups.close()
         self._doomed.put(None)
         self._remover.join(timeout=60)
         remove_tree_quietly(self.root)
@@ -426,14 +581,17 @@ def _static_check() -> str | None:
     return None
 
 
-def open_backend(root: Path) -> tuple[NamespaceBackend | None, str]:
+def open_backend(
+    root: Path, memory_mb: int = quota.DEFAULT_MEMORY_MB, disk_mb: int = quota.DEFAULT_DISK_MB
+) -> tuple[NamespaceBackend | None, str]:
     """A working namespaces backend (proven by starting and killing a probe sandbox), or the reason not."""
     why = _static_check()
     if why:
         return None, why
-    backend = NamespaceBackend(root, "")
+    backend = NamespaceBackend(root, "", memory_mb, disk_mb)
     try:
         probe = backend.start("probe-" + os.urandom(4).hex(), internet=False)
+        backend.disk_quota = probe.disk_quota
         try:
             proc = probe.spawn("id -u", {}, "/home/user", "user", False)
             out, err = proc.communicate(timeout=START_SECONDS)
@@ -444,8 +602,23 @@ def open_backend(root: Path) -> tuple[NamespaceBackend | None, str]:
     except (OSError, InfrastructureError) as exc:
         backend.close()
         return None, f"probe sandbox failed: {exc}"
+    network = _probe_network(backend)
     backend.reason = (
         f"namespaces level: per-sandbox user (uids shifted), pid, mount, net, ipc, uts namespaces "
-        f"and an idmapped copy-on-write root (kernel {platform.release()})"
+        f"and an idmapped copy-on-write root; {network}; {backend.describe_quotas()} "
+        f"(kernel {platform.release()})"
     )
     return backend, backend.reason
+
+
+def _probe_network(backend: NamespaceBackend) -> str:
+    """Prove internet sandboxes get their own network (else fall back to the host's); describe it."""
+    fallback = "internet sandboxes share the host's network namespace (host loopback reachable)"
+    if backend.internet_network == "host":
+        return f"{fallback}: {SLIRP4NETNS} is missing (apt-get install -y slirp4netns)"
+    try:
+        backend.start("probe-" + os.urandom(4).hex(), internet=True).kill()
+    except (OSError, InfrastructureError) as exc:
+        backend.internet_network = "host"
+        return f"{fallback}: slirp4netns failed ({exc})"
+    return "internet sandboxes get their own network namespace through slirp4netns (no host loopback)"

@@ -1,0 +1,117 @@
+"""Per-sandbox disk and memory quotas: a sandbox cannot fill the host's disk or memory."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_e2b_env.emulator import Emulator
+
+pytestmark = pytest.mark.namespaces
+
+MEMORY_MB, DISK_MB = 256, 32
+
+
+@pytest.fixture(scope="module")
+def small() -> Iterator[Emulator]:
+    """An emulator whose sandboxes get 32 MiB of disk and 256 MiB of memory besides."""
+    with Emulator(limits={"sandbox_memory_mb": MEMORY_MB, "sandbox_disk_mb": DISK_MB}) as emu:
+        if emu.isolation != "namespaces":
+            pytest.skip(f"emulator isolation is {emu.isolation!r}: {emu.isolation_reason}")
+        yield emu
+
+
+@pytest.fixture
+def sandbox(small: Emulator) -> Iterator[object]:
+    """A sandbox of the small emulator, killed after the test."""
+    from e2b import Sandbox
+
+    sbx = Sandbox.create(timeout=120, **small.sdk_opts())
+    yield sbx
+    sbx.kill()
+
+
+def _host_files_over(root: Path, size: int) -> list[Path]:
+    big = []
+    for path in root.rglob("*"):
+        try:
+            if path.is_file() and not path.is_symlink() and path.stat().st_size > size:
+                big.append(path)
+        except OSError:
+            continue
+    return big
+
+
+def test_writes_past_the_disk_quota_fail_and_never_reach_the_host_disk(
+    small: Emulator, sandbox: object
+) -> None:
+    """A command writing 40 MiB into a 32 MiB sandbox gets ENOSPC; the host's /var/tmp holds none of it."""
+    from e2b import NotEnoughSpaceException, Sandbox
+
+    assert isinstance(sandbox, Sandbox)
+    if "no disk quota" in small.isolation_reason:
+        pytest.skip(small.isolation_reason)
+    result = sandbox.commands.run(
+        "head -c 40M /dev/zero > /tmp/big; echo rc=$?; df -m / | tail -1", timeout=60
+    )
+    lines = result.stdout.splitlines()
+    assert lines[0] == "rc=1"
+    assert "No space left on device" in result.stderr
+    assert int(lines[1].split()[1]) == DISK_MB  # df shows the quota as the disk's size
+    assert small.pid is not None
+    assert _host_files_over(Path("/var/tmp/pytest-e2b-env") / str(small.pid), 1 << 20) == []
+    with pytest.raises(NotEnoughSpaceException):  # the files API hits the same quota
+        sandbox.files.write("/home/user/big.bin", b"x" * (40 << 20))
+    assert (
+        sandbox.commands.run("rm /tmp/big && echo ok > /home/user/small && cat /home/user/small").stdout
+        == "ok\n"
+    )
+
+
+def test_memory_past_the_quota_kills_the_hog_not_the_sandbox(small: Emulator, sandbox: object) -> None:
+    """A process touching 512 MiB in a sandbox limited to 288 MiB is killed; the sandbox keeps working."""
+    from e2b import Sandbox
+
+    assert isinstance(sandbox, Sandbox)
+    if "no memory quota" in small.isolation_reason:
+        pytest.skip(small.isolation_reason)
+    result = sandbox.commands.run(
+        "python3 -c 'b = bytearray(512 << 20); print(\"allocated\")'; echo rc=$?", timeout=60
+    )
+    assert result.stdout.split() == ["rc=137"]  # SIGKILL from the OOM killer of its cgroup
+    assert sandbox.commands.run("echo alive").stdout == "alive\n"
+
+
+def test_the_isolation_level_states_the_quotas(small: Emulator) -> None:
+    """The level's reason names the disk and memory quotas (or why one is missing)."""
+    reason = small.isolation_reason
+    assert f"disk quota {DISK_MB} MiB" in reason or "no disk quota" in reason
+    assert f"memory quota {MEMORY_MB + DISK_MB} MiB" in reason or "no memory quota" in reason
+    assert os.path.isdir("/var/tmp/pytest-e2b-env")
+
+
+def test_memory_cgroups_of_a_killed_emulator_are_swept(small: Emulator) -> None:
+    """After an emulator dies by SIGKILL its sandboxes' memory cgroups are removed by the next backend."""
+    import signal
+
+    from e2b import Sandbox
+    from emu_helpers import eventually
+
+    from pytest_e2b_env.emulator.isolation import BASE_DIR, select_backend
+    from pytest_e2b_env.emulator.isolation.quota import _own_memory_cgroup
+
+    parent, why = _own_memory_cgroup()
+    if parent is None or "no memory quota" in small.isolation_reason:
+        pytest.skip(why or small.isolation_reason)
+    with Emulator() as doomed:
+        assert doomed.pid is not None
+        mine = parent / f"pytest-e2b-env-{doomed.pid}"
+        Sandbox.create(timeout=120, **doomed.sdk_opts())
+        assert len([p for p in mine.iterdir() if p.is_dir()]) == 1
+        os.kill(doomed.pid, signal.SIGKILL)
+        eventually(lambda: all(not (p / "tasks").read_text() for p in mine.iterdir() if p.is_dir()), 20)
+    select_backend(root=BASE_DIR / f"{os.getpid()}-sweep", force="namespaces").close()
+    assert not mine.exists()
