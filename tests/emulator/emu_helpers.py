@@ -32,25 +32,6 @@ def host_pids_with(marker: str) -> list[int]:
     return [p for p in found if p != os.getpid()]
 
 
-def host_outside_ipv4() -> str | None:
-    """An IPv4 address of this host that is not loopback (stands for "the internet"), or None."""
-    import fcntl
-    import socket
-    import struct
-
-    siocgifaddr = 0x8915
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        for _, name in socket.if_nameindex():
-            try:
-                raw = fcntl.ioctl(s.fileno(), siocgifaddr, struct.pack("256s", name.encode()[:15]))
-            except OSError:
-                continue  # no IPv4 address on this interface
-            address = socket.inet_ntoa(raw[20:24])
-            if not address.startswith("127."):
-                return address
-    return None
-
-
 def children_named(parent: int, name: str) -> list[int]:
     """Pids of ``parent``'s children whose command is ``name``."""
     found = []

@@ -32,7 +32,14 @@ def test_a_stale_reply_poisons_the_channel_instead_of_answering_the_next_request
     box = ns_backend.start(f"t{uuid.uuid4().hex[:12]}", internet=False)
     try:
         box.fs.write("/root/secret", b"root only", user="root")
-        os.chmod(box.directory / "upper" / "root" / "secret", 0o600)
+        # the writable layer is the sandbox's own tmpfs (not on the host disk): chmod from inside
+        chmod = box.spawn("chmod 600 /root/secret", {}, "/", "root")
+        try:
+            assert chmod.wait(timeout=30) == 0
+        finally:
+            for stream in (chmod.stdout, chmod.stderr, chmod.stdin):
+                if stream is not None:
+                    stream.close()
         # a request whose reply nobody reads, as when a caller gave up waiting on a slow answer
         _frames.send(box._sock, {"op": "read", "path": "/root/secret", "user": "root", "id": 10_000})
         with pytest.raises((InfrastructureError, ProcessLookupError)) as caught:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import inspect
-import socket
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -198,29 +198,33 @@ def test_policy_leak(subjects: list[ReportEpisode], target: TargetSettings, name
     assert len(alive) == (0 if name is None else 1)
 
 
+ROUTE_CHECK = """
+import sys as _pe2b_sys
+
+with open("/proc/net/route") as _pe2b_routes:
+    if any(line.split()[1] == "00000000" for line in _pe2b_routes.read().splitlines()[1:]):
+        _pe2b_sys.exit(3)  # a default route: this verifier could reach the network
+"""
+
+
 @pytest.mark.namespaces
 @pytest.mark.parametrize("name", [None, "verifier_network"])
 def test_verifier_egress_measured(subjects: list[ReportEpisode], emu: Emulator, name: str | None) -> None:
-    """Measured: the reference verifier cannot reach a host listener; episode_verifier_network's can."""
+    """Measured in the verifier's own kernel state: the reference's has no route out, the defect's has one.
+
+    The repaired program exits 3 when its network namespace has a default route, so it earns 1.0
+    only where the verifier is offline. Nothing is dialled: no test traffic leaves the machine.
+    """
     if emu.isolation != "namespaces":
         pytest.skip(f"emulator isolation is {emu.isolation!r}: sandboxes share the host network")
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(8)
-        listener.settimeout(0.5)  # the probe ran during submit: an arrival is already queued
-        port = listener.getsockname()[1]
-        probe = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2).close()"
-        env = build(subjects, name)
-        env.reset(**make_row())
-        env.terminal(write_file("report.py", probe))
-        env.submit()
-        assert env.get_reward() == 0.0
-        arrived = []
-        with contextlib.suppress(TimeoutError):
-            arrived.append(listener.accept()[0])
-        for conn in arrived:
-            conn.close()
-    assert len(arrived) == (0 if name is None else 1)
+    env = build(subjects, name)
+    env.reset(**make_row())
+    for command in load_repair("weekly-sales"):
+        env.terminal(command)
+    prepend = f"{{ printf %s {shlex.quote(ROUTE_CHECK)}; cat report.py; }} > r && mv r report.py"
+    env.terminal(f"cd /home/user/work && {prepend}")
+    env.submit()
+    assert env.get_reward() == (1.0 if name is None else 0.0)
 
 
 def test_reference_without_url_starts_its_own_server(
