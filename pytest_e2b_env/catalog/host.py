@@ -115,13 +115,13 @@ class CaseHost:
 
     def _receive(self, timeout: float) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
+        # poll, not select: a pytest process may hold descriptors past 1024
+        poller = select.poll()
+        poller.register(self._from_child, select.POLLIN | select.POLLHUP)
         while b"\n" not in self._buffer:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise HostDied("timeout")
-            # poll, not select: a pytest process may hold descriptors past 1024
-            poller = select.poll()
-            poller.register(self._from_child, select.POLLIN | select.POLLHUP)
             if not poller.poll(min(left, 1.0) * 1000):
                 continue
             chunk = os.read(self._from_child, 1 << 20)
