@@ -54,13 +54,11 @@ class Runtime:
         self.stale_runs: list[str] = []  # live only: earlier runs with sandboxes still alive
 
     def host(self, kind: str) -> CaseHost | None:
-        """The process that runs this kind's subject code offline (None live: see docs/plugin.md).
+        """The process that runs this kind's subject code, offline and live (see docs/plugin.md).
 
-        Live, the fault proxy and its ledger live in this process, so cases run here; offline the
-        emulator's control API serves a case host as well as it serves us.
+        The emulator, and the fault proxy live, serve the same control API (ledger, faults,
+        sandboxes), so a case host reaches the target exactly as this process does.
         """
-        if self.settings.live:
-            return None
         subject = self.subject(kind)
         if subject is None:
             return None
@@ -72,6 +70,7 @@ class Runtime:
                 {
                     "url": target.endpoint,
                     "api_key": target.api_key,
+                    "control_key": target.control_key,
                     "mode": target.mode,
                     "run_id": target.run_id,
                 },

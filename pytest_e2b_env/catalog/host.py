@@ -3,7 +3,8 @@
 The subject is somebody else's code. A segfault, ``os._exit`` or a runaway allocation inside it
 would otherwise end the pytest process that holds the evidence bundle. A :class:`CaseHost` is a
 child interpreter (``python -m pytest_e2b_env.catalog.host``) that imports the subject once and
-runs case after case against the same target, reached over the emulator's control API. Requests
+runs case after case against the same target, reached over its control API (the emulator's, or
+the same API served by the fault proxy before live E2B). Requests
 and records travel as JSON lines over a private pipe pair (the subject may print anything on
 stdout). When the child dies mid-case, the case is recorded as failed with the reason, the
 harness removes what the ledger shows the case created, and the next case gets a fresh host.
@@ -200,7 +201,8 @@ def _child(req_fd: int, rep_fd: int) -> int:
         try:
             if op == "hello":
                 info = request["target"]
-                backend = Emulator.connect(info["url"], info["api_key"])
+                # the emulator, or the fault proxy before live E2B: both serve the control API
+                backend = Emulator.connect(info["url"], info["api_key"], info["control_key"])
                 target = Target(backend, TargetSettings(mode=info["mode"], run_id=info["run_id"]))
                 spec = request["subject"]
                 subject = load_subject(spec["spec"], spec["kind"], spec.get("contract"))

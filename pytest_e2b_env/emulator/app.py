@@ -20,15 +20,15 @@ from connectrpc.errors import ConnectError
 from e2b.envd.filesystem import filesystem_connect
 from e2b.envd.process import process_connect
 
-from pytest_e2b_env.emulator.control_plane import Answer, ControlPlane, answer, api_key_ok, error
+from pytest_e2b_env.emulator.control_plane import ControlPlane, answer, api_key_ok, error
 from pytest_e2b_env.emulator.envd_files import FilesystemService, files_api
 from pytest_e2b_env.emulator.envd_process import ProcessService
 from pytest_e2b_env.emulator.interpreter import JUPYTER_PORT, InterpreterService
-from pytest_e2b_env.emulator.jsonin import JSONTooDeep, loads_bounded
 from pytest_e2b_env.emulator.limits import Limits
 from pytest_e2b_env.emulator.sandboxes import Registry
 from pytest_e2b_env.target.backend import fault_rule_message
 from pytest_e2b_env.target.wire import routes
+from pytest_e2b_env.target.wire.control import ControlEndpoint
 from pytest_e2b_env.target.wire.faults import (
     BodyTooLarge,
     FaultMiddleware,
@@ -52,7 +52,6 @@ if TYPE_CHECKING:
     from pytest_e2b_env.emulator.isolation.api import Backend
 
 ENVD_PORT = "49983"
-CONTROL_HEADER = "x-emulator-key"
 log = logging.getLogger("pytest_e2b_env.emulator")
 
 
@@ -121,7 +120,20 @@ class EmulatorApp:
             self._core, self.faults, _Target(self.registry), body_limit=self.limits.upload_bytes
         )
         self.interpreter = InterpreterService()
-        self._ledgered = RecordingMiddleware(self._guarded, self.ledger, derive=False)
+        ledgered = RecordingMiddleware(self._guarded, self.ledger, derive=False)
+        # /_emulator/* is answered before the ledger and the faults (the shared control API)
+        self._served = ControlEndpoint(
+            ledgered,
+            key=api_key,
+            ledger=self.ledger,
+            faults=self.faults,
+            info={"isolation": backend.level, "reason": backend.reason},
+            sandboxes=self._sandbox_rows,
+            kill_all=self._kill_everything,
+            rule_error=fault_rule_message,
+            body_limit=self.limits.body_bytes,
+            json_depth=self.limits.json_depth,
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -129,10 +141,7 @@ class EmulatorApp:
             return
         if scope["type"] != "http":
             return
-        if scope["path"].startswith("/_emulator/"):
-            await self._control(scope, receive, send)
-            return
-        await self._ledgered(scope, receive, send)  # the shared ledger middleware (target.wire)
+        await self._served(scope, receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -252,55 +261,10 @@ class EmulatorApp:
             await send_answer(send, error(404, f"no such envd route: {scope['method']} {path}"))
 
     # ------------------------------------------------------------------ control endpoint
-    async def _control(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = _headers(scope)
-        if headers.get(CONTROL_HEADER) != self.api_key:
-            await drain(receive, self.limits.body_bytes)
-            await send_answer(
-                send, error(401, f"the control endpoint needs the emulator's key in {CONTROL_HEADER}")
-            )
-            return
-        try:
-            body = await read_body(receive, self.limits.body_bytes)
-        except BodyTooLarge as exc:
-            await send_answer(send, error(413, str(exc)))
-            return
-        method, path = scope["method"], scope["path"][len("/_emulator") :]
-        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-        await send_answer(send, await self._control_answer(method, path, query, body))
+    async def _sandbox_rows(self) -> list[dict[str, Any]]:
+        return [s.summary() for s in self.registry.running()]
 
-    async def _control_answer(
-        self, method: str, path: str, query: dict[str, list[str]], body: bytes
-    ) -> Answer:
-        if (method, path) == ("GET", "/info"):
-            return answer(200, {"isolation": self.backend.level, "reason": self.backend.reason})
-        if (method, path) == ("GET", "/sandboxes"):
-            return answer(200, [s.summary() for s in self.registry.running()])
-        if (method, path) == ("POST", "/sandboxes/kill"):
-            killed = [s.sandbox_id for s in self.registry.running()]
-            await self.registry.kill_all()
-            return answer(200, {"killed": killed})
-        if (method, path) == ("GET", "/faults"):
-            return answer(200, self.faults.rules())
-        if (method, path) == ("POST", "/faults"):
-            try:
-                rule = loads_bounded(body or b"{}", self.limits.json_depth)
-                if not isinstance(rule, dict):
-                    return error(400, "bad fault rule: the body must be a JSON object")
-                return answer(201, {"id": self.faults.add(rule)})
-            except JSONTooDeep as exc:
-                return error(400, f"bad fault rule: {exc}")
-            except (ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
-                return error(400, fault_rule_message(exc))
-        if (method, path) == ("DELETE", "/faults"):
-            self.faults.clear()
-            return answer(204)
-        if (method, path) == ("GET", "/ledger/mark"):
-            return answer(200, {"mark": self.ledger.mark()})
-        if (method, path) == ("GET", "/ledger"):
-            try:
-                since = int(query.get("since", ["0"])[0])
-            except ValueError:
-                return error(400, "since must be an integer mark from /_emulator/ledger/mark")
-            return answer(200, self.ledger.since(since))
-        return error(404, f"no such control route: {method} /_emulator{path}")
+    async def _kill_everything(self) -> list[str]:
+        killed = [s.sandbox_id for s in self.registry.running()]
+        await self.registry.kill_all()
+        return killed

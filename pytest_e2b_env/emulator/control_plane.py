@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qsl, unquote_plus
 
-from pytest_e2b_env.emulator.jsonin import JSONTooDeep, loads_bounded
 from pytest_e2b_env.emulator.limits import Limits
 from pytest_e2b_env.emulator.sandboxes import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, Registry, Sandbox
+from pytest_e2b_env.target.wire.jsonin import JSONTooDeep, loads_bounded
 
 Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
 LIST_LIMIT_MAX = 100

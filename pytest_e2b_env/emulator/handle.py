@@ -25,8 +25,8 @@ from typing import Any
 from pytest_e2b_env.emulator.limits import Limits
 from pytest_e2b_env.errors import EmulatorError, FaultRuleError
 from pytest_e2b_env.target.settings import emulator_child_env, parse_sdk_env, sdk_env
+from pytest_e2b_env.target.wire.control import CONTROL_HEADER
 
-_CONTROL_HEADER = "X-Emulator-Key"
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 
 
@@ -94,13 +94,20 @@ class Emulator:
         self.faults = Faults(self)
         self._proc: subprocess.Popen[bytes] | None = None
         self._owned = True
+        self._control_key: str | None = None  # None: the emulator's API key guards its control API
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod
-    def connect(cls, url: str, api_key: str) -> Emulator:
-        """Attach to a running emulator (e.g. from an xdist worker); ``stop()`` then leaves it running."""
+    def connect(cls, url: str, api_key: str, control_key: str | None = None) -> Emulator:
+        """Attach to a running target's control API (e.g. from an xdist worker or a case host).
+
+        ``url`` is an emulator, or a fault proxy serving the same API (then ``control_key`` is the
+        proxy's own key and ``api_key`` the upstream E2B key the SDK uses). ``stop()`` leaves the
+        target running.
+        """
         emu = cls()
         emu.url, emu.api_key, emu._owned = url.rstrip("/"), api_key, False
+        emu._control_key = control_key
         info = emu._control("GET", "/info")
         emu.isolation, emu.isolation_reason = info["isolation"], info["reason"]
         return emu
@@ -217,6 +224,11 @@ class Emulator:
         self.stop()
 
     # ------------------------------------------------------------------ queries
+    @property
+    def control_key(self) -> str:
+        """The key of the control API (the emulator's API key, or the one given to :meth:`connect`)."""
+        return self._control_key or self.api_key
+
     def sdk_env(self) -> dict[str, str]:
         """The env vars that point the e2b SDK here."""
         return sdk_env(self.url, self.api_key)
@@ -250,7 +262,7 @@ class Emulator:
             raise EmulatorError("the emulator is not running; use `with Emulator() as emu:` or emu.start()")
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(f"{self.url}/_emulator{path}", data=data, method=method)
-        request.add_header(_CONTROL_HEADER, self.api_key)
+        request.add_header(CONTROL_HEADER, self.control_key)
         if data is not None:
             request.add_header("Content-Type", "application/json")
         try:

@@ -12,7 +12,9 @@ the upstream, fault cases of the catalog run live::
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import secrets
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -23,6 +25,7 @@ from pytest_e2b_env.proxy.routing import domain_of_api_url
 from pytest_e2b_env.proxy.serve import ThreadedServer
 from pytest_e2b_env.target.backend import fault_rule_message
 from pytest_e2b_env.target.settings import DEFAULT_DOMAIN, env_api_key, live_upstream, sdk_env
+from pytest_e2b_env.target.wire.control import ControlEndpoint
 from pytest_e2b_env.target.wire.faults import FaultMiddleware, FaultPlan, FaultRule
 from pytest_e2b_env.target.wire.ledger import Ledger
 from pytest_e2b_env.target.wire.recording import RecordingMiddleware
@@ -152,10 +155,23 @@ class FaultProxy:
         self._forwarder = Forwarder(
             self.upstream_api_url, sandbox_url=self.upstream_sandbox_url, domain_for=self._domain_for
         )
-        app = RecordingMiddleware(
+        recorded = RecordingMiddleware(
             FaultMiddleware(self._forwarder, self._plan, _UpstreamTarget(self)),
             self._ledger,
             on_sandbox=self._learn_sandbox,
+        )
+        # The emulator's control API on the proxy's own random key (never the E2B key), so a case
+        # host can read this ledger and set these faults from another process. No kill-all: live,
+        # that would be the whole team's sandboxes.
+        self.control_key = secrets.token_urlsafe(32)
+        app = ControlEndpoint(
+            recorded,
+            key=self.control_key,
+            ledger=self._ledger,
+            faults=self._plan,
+            info={"isolation": "e2b", "reason": "real E2B behind the fault proxy"},
+            sandboxes=self._sandboxes_off_loop,
+            rule_error=fault_rule_message,
         )
         self._server = ThreadedServer(app, host=host, port=port, name="fault proxy")
         self._running = False
@@ -256,6 +272,10 @@ class FaultProxy:
                     }
                 )
         return rows
+
+    async def _sandboxes_off_loop(self) -> list[dict[str, Any]]:
+        # the SDK listing is blocking: never on the loop that forwards every other request
+        return await asyncio.to_thread(self.sandboxes)
 
     def _internet_of(self, info: Any) -> bool | None:
         """Internet access of a listed sandbox: the list answer, else its create request, else get_info."""

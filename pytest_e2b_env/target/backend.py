@@ -59,6 +59,11 @@ class Backend(Protocol):
         ...
 
     @property
+    def control_key(self) -> str:
+        """The key of its ``/_emulator/*`` control API (a secret: never print it)."""
+        ...
+
+    @property
     def isolation(self) -> str:
         """How sandboxes are isolated: ``namespaces`` / ``process`` (emulator), ``e2b`` (live)."""
         ...

@@ -82,6 +82,11 @@ class Target:
         """The key the SDK must use with this target (a secret: never print it)."""
         return str(self.backend.api_key)
 
+    @property
+    def control_key(self) -> str:
+        """The key of the backend's control API, for a case host in another process (a secret)."""
+        return str(self.backend.control_key)
+
     def scoped_env(self) -> contextlib.AbstractContextManager[None]:
         """Point the SDK at the target for the duration of a block only."""
         return scoped_environ(self.sdk_env())

@@ -15,9 +15,9 @@ import pytest
 from e2b import Sandbox, SandboxQuery
 
 from pytest_e2b_env.emulator import Emulator
-from pytest_e2b_env.emulator.jsonin import JSONTooDeep, depth_of, loads_bounded
 from pytest_e2b_env.emulator.limits import Limits
 from pytest_e2b_env.errors import EmulatorError
+from pytest_e2b_env.target.wire.jsonin import JSONTooDeep, depth_of, loads_bounded
 
 
 def rss_kib(pid: int | None) -> int:
@@ -92,7 +92,7 @@ def test_deeply_nested_json_is_400(small_emu: Emulator) -> None:
     raw = b'{"templateID": "base", "metadata": ' + b"[" * 20_000 + b"]" * 20_000 + b"}"
     response = _create(small_emu, None, raw=raw)
     assert response.status_code == 400
-    assert "more than the emulator's limit of 32" in response.json()["message"]
+    assert "more than the limit of 32" in response.json()["message"]
     rule = "[" * 5000 + "]" * 5000
     control = httpx.post(
         f"{small_emu.url}/_emulator/faults",

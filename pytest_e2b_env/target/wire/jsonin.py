@@ -33,5 +33,5 @@ def loads_bounded(raw: bytes | str, max_depth: int) -> Any:
     data = raw.encode() if isinstance(raw, str) else raw
     depth = depth_of(data)
     if depth > max_depth:
-        raise JSONTooDeep(f"JSON nests {depth} levels deep, more than the emulator's limit of {max_depth}")
+        raise JSONTooDeep(f"JSON nests {depth} levels deep, more than the limit of {max_depth}")
     return json.loads(data)
