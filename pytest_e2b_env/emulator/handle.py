@@ -25,7 +25,7 @@ from typing import Any
 from pytest_e2b_env.emulator.limits import Limits
 from pytest_e2b_env.errors import EmulatorError, FaultRuleError
 from pytest_e2b_env.target.settings import emulator_child_env, parse_sdk_env, sdk_env
-from pytest_e2b_env.target.wire.control import CONTROL_HEADER
+from pytest_e2b_env.target.wire import CONTROL_HEADER
 
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 

@@ -28,6 +28,7 @@ from pytest_e2b_env.reward.extract import extract_code
 from pytest_e2b_env.reward.preflight import check_preflight
 from pytest_e2b_env.reward.protocol import Isolation, Limits, Payload, ProtocolError
 from pytest_e2b_env.reward.records import CandidateRecord, Counters, percentile
+from pytest_e2b_env.reward.runner import DEADLINE_BACKSTOP
 from pytest_e2b_env.reward.workers import (
     Worker,
     WorkerClient,
@@ -322,7 +323,8 @@ class RewardPool:
 
     async def _evaluate(self, index: int, code: str, cases: Cases) -> CandidateRecord:
         record = CandidateRecord(index, 0.0, None)
-        command_timeout = len(cases) * (self.case_seconds + 3) + 20
+        # a starved case may run to the runner's backstop (its deadline x DEADLINE_BACKSTOP)
+        command_timeout = len(cases) * (self.case_seconds * DEADLINE_BACKSTOP + 3) + 20
         for attempt in (1, 2):
             record.attempts = attempt
             waited = time.monotonic()

@@ -15,7 +15,8 @@ Each case runs in a fresh process tree:
   filter (no new namespaces, no keyrings, no memory outside the address-space budget),
   uid/gid 65534 with no groups, ``no_new_privs``, then ``exec python3 -I -B solution.py``
   with the case input on stdin (a memfd, so a program that never reads stdin cannot block us);
-* A enforces the wall deadline: SIGKILL to B kills every process of the namespace,
+* A enforces the deadline (the program's own time: wall time less the time it waited for a CPU,
+  so a loaded host does not fail correct code): SIGKILL to B kills every process of the namespace,
   ``setsid`` daemons included, because B is its pid 1.
 
 Setup failures are reported through a close-on-exec pipe (empty on a successful exec), so a
@@ -272,14 +273,60 @@ def _isolate_and_exec(spec: dict, code_path: str, stdin_fd: int, out_fd: int, er
             os._exit(127)
 
 
-def _wait_deadline(pid: int, seconds: float) -> tuple[int, bool]:
-    """Wait for ``pid`` at most ``seconds``; SIGKILL it after. Returns (wait status, timed_out)."""
+#: A case is stopped at this many times its deadline of wall time, however long it sat waiting for a CPU.
+DEADLINE_BACKSTOP = 10
+
+
+def _runqueue_seconds(proc_fd: int | None, pid: int) -> float | None:
+    """Seconds ``pid`` has spent runnable but waiting for a CPU (``<proc>/<pid>/schedstat``), or None."""
+    if proc_fd is None:
+        return None
+    try:
+        fd = os.open(f"{pid}/schedstat", os.O_RDONLY, dir_fd=proc_fd)
+    except OSError:
+        return None
+    try:
+        return int(os.read(fd, 128).split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+    finally:
+        os.close(fd)
+
+
+def _open_proc() -> int | None:
+    """This pid namespace's ``/proc``, held open: the case mounts its own ``/proc`` over it."""
+    try:
+        return os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+
+def _wait_deadline(pid: int, seconds: float, proc_fd: int | None = None) -> tuple[int, bool]:
+    """Wait for ``pid`` until its own time passes ``seconds``; SIGKILL it then. (wait status, timed_out)
+
+    Its own time is wall time minus the time it sat runnable waiting for a CPU: on a loaded host a
+    correct program is slowed, not wrong, and scoring it 0 would teach the policy noise. A program
+    that sleeps or blocks still uses its time; one starved for longer than ``DEADLINE_BACKSTOP``
+    times the deadline is stopped anyway. Without schedstat the deadline is plain wall time.
+    """
     pidfd = os.pidfd_open(pid)
     try:
-        ready, _, _ = select.select([pidfd], [], [], max(seconds, 0.0))
-        timed_out = not ready
-        if timed_out:
-            os.kill(pid, signal.SIGKILL)
+        start = time.monotonic()
+        base = _runqueue_seconds(proc_fd, pid)
+        hard = start + seconds * DEADLINE_BACKSTOP
+        timed_out = False
+        while True:
+            now = time.monotonic()
+            waited = _runqueue_seconds(proc_fd, pid)
+            starved = waited - base if waited is not None and base is not None else 0.0
+            left = min(seconds - (now - start - starved), hard - now)
+            if left <= 0:
+                timed_out = True
+                os.kill(pid, signal.SIGKILL)
+                break
+            ready, _, _ = select.select([pidfd], [], [], left)
+            if ready:
+                break
         _, status = os.waitpid(pid, 0)
         return status, timed_out
     finally:
@@ -297,6 +344,8 @@ def _supervise(spec: dict, code_path: str, stdin_fd: int, out_fd: int, status_fd
         flags |= CLONE_NEWPID if iso["pid"] else 0
         flags |= CLONE_NEWNET if iso["network"] else 0
         _check(_libc.unshare(flags), "unshare")
+        # before the fork: the case's pid 1 mounts a fresh /proc of its own namespace over this one
+        proc_fd = _open_proc()
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
         if pid == 0:
@@ -313,7 +362,7 @@ def _supervise(spec: dict, code_path: str, stdin_fd: int, out_fd: int, status_fd
             report = {"setup_error": setup.decode("utf-8", "replace")}
         else:
             started = time.monotonic()
-            status, timed_out = _wait_deadline(pid, spec["case_seconds"])
+            status, timed_out = _wait_deadline(pid, spec["case_seconds"], proc_fd)
             report = {
                 "setup_seconds": round(started - began, 6),
                 "seconds": round(time.monotonic() - started, 6),

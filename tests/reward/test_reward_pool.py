@@ -152,6 +152,38 @@ async def test_hostile_scores_zero_and_worker_survives(
     assert pool.metrics["infrastructure_retries"] == 0
 
 
+#: Correct, but made to share one CPU with a busy child: 1 s of CPU takes about 2 s of wall time.
+CONTENDED = """
+import json, os, sys, time
+os.sched_setaffinity(0, {0})
+hog = os.fork()
+if hog == 0:
+    while True:
+        pass
+began = time.process_time()
+while time.process_time() - began < 1.0:
+    pass
+os.kill(hog, 9)
+print(json.dumps(json.load(sys.stdin)))
+"""
+
+
+async def test_a_correct_program_slowed_by_cpu_contention_is_no_timeout(
+    make_pool: Callable[..., RewardPool],
+) -> None:
+    """The deadline counts the program's own time, so a loaded host does not turn 1.0 into 0."""
+    pool = make_pool(workers=1, case_seconds=1.5)
+    cases = [{"input": "7", "output": "7"}]
+    assert await pool.code_reward([completion(CONTENDED)], [cases]) == [1.0]
+    (record,) = pool.ledger
+    (case,) = record["cases"]
+    assert case["seconds"] > 1.5, case  # it did run past the deadline in wall time
+    # and a program that sleeps past the deadline still times out at it
+    sleeper = "import time\ntime.sleep(5)\n"
+    assert await pool.code_reward([completion(sleeper)], [cases]) == [0.0]
+    assert pool.ledger[-1]["cases"][0]["reason"] == "timeout"
+
+
 async def test_hostile_writes_left_no_trace(make_pool: Callable[..., RewardPool]) -> None:
     """After write attempts outside scratch, the worker's runner and filesystem are untouched."""
     pool = make_pool(workers=1)

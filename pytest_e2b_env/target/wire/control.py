@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs
 
+from pytest_e2b_env.target.wire import CONTROL_HEADER, CONTROL_PREFIX
 from pytest_e2b_env.target.wire.faults import (
     ASGIApp,
     BodyTooLarge,
@@ -29,9 +30,7 @@ from pytest_e2b_env.target.wire.faults import (
 from pytest_e2b_env.target.wire.jsonin import JSONTooDeep, loads_bounded
 from pytest_e2b_env.target.wire.ledger import Ledger
 
-PREFIX = "/_emulator"
-#: The header carrying the control key (the emulator's API key; a proxy's own random key).
-CONTROL_HEADER = "x-emulator-key"
+PREFIX = CONTROL_PREFIX
 
 Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
 
