@@ -61,6 +61,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="e2b_run_id",
         help="run id stamped on every sandbox (metadata pytest_e2b_env_run); default: a fresh one",
     )
+    group.addoption(
+        "--e2b-lanes",
+        metavar="N",
+        default=None,
+        dest="e2b_lanes",
+        help="catalog cases run at once, each on its own target (default 4; 1: one after another)",
+    )
+    parser.addini("e2b_lanes", default="", help="catalog cases run at once (like --e2b-lanes)")
     parser.addini("e2b_live", type="bool", default=False, help="run against real E2B (like --e2b-live)")
     parser.addini("e2b_evidence", default="", help="evidence bundle directory (like --e2b-evidence)")
     parser.addini("e2b_cases", default="", help="case file or directory (like --e2b-cases)")
@@ -181,10 +189,23 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start what the collected catalog cases will need in the background (the OpenEnv server)."""
-    runtime = _runtime(session.config)
-    if runtime.target_if_open is not None and not session.config.option.collectonly:
+    """Start the selected cases in lanes, or what they will need in the background (warm-ups)."""
+    config = session.config
+    runtime = _runtime(config)
+    if config.option.collectonly or _is_dist_controller(config):
+        return
+    # an xdist worker learns its items one at a time: its cases run one by one
+    if not hasattr(config, "workerinput") and runtime.start_lanes(session.items):
+        return
+    if runtime.target_if_open is not None:
         runtime.warm_up(session.items)
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """After ``-x`` (or any stop) took effect, lanes start no further case."""
+    lanes = _runtime(item.config).lanes
+    if lanes is not None and (item.session.shouldfail or item.session.shouldstop):
+        lanes.stop()
 
 
 @pytest.hookimpl(wrapper=True)

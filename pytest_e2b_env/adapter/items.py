@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import time
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +23,7 @@ from pytest_e2b_env.target import Target, open_target
 from pytest_e2b_env.target.settings import TargetSettings
 
 if TYPE_CHECKING:
+    from pytest_e2b_env.adapter.lanes import Lanes
     from pytest_e2b_env.catalog.host import CaseHost
 
 COLLECTOR_NAME = "e2b-catalog"
@@ -52,6 +52,8 @@ class Runtime:
         self.problems: list[str] = []
         self._hosts: dict[str, CaseHost] = {}
         self.stale_runs: list[str] = []  # live only: earlier runs with sandboxes still alive
+        #: The lanes running cases ahead of pytest (None: cases run one by one, e.g. under xdist).
+        self.lanes: Lanes | None = None
 
     def host(self, kind: str) -> CaseHost | None:
         """The process that runs this kind's subject code, offline and live (see docs/plugin.md).
@@ -63,19 +65,9 @@ class Runtime:
         if subject is None:
             return None
         if kind not in self._hosts:
-            from pytest_e2b_env.catalog.host import CaseHost
+            from pytest_e2b_env.adapter.lanes import host_for
 
-            target = self.target()
-            self._hosts[kind] = CaseHost(
-                {
-                    "url": target.endpoint,
-                    "api_key": target.api_key,
-                    "control_key": target.control_key,
-                    "mode": target.mode,
-                    "run_id": target.run_id,
-                },
-                {"spec": subject.spec, "kind": kind, "contract": self.settings.contract_for(kind)},
-            )
+            self._hosts[kind] = host_for(self.target(), subject, kind, self.settings.contract_for(kind))
         return self._hosts[kind]
 
     def subject(self, kind: str) -> Subject | None:
@@ -164,8 +156,40 @@ class Runtime:
                 with target.scoped_env(), contextlib.suppress(Exception):
                     subject.contract.warm_up()
 
+    def start_lanes(self, items: list[pytest.Item]) -> bool:
+        """Run the collected cases in ``settings.lanes`` lanes; False when they run one by one.
+
+        Lanes need two or more runnable cases and a target that opened (live, this is where the
+        API is first asked, so an unreachable one still stops the run at its first case).
+        """
+        mode = self.settings.mode
+        cases = [
+            (item.nodeid, item.case, item.subject)
+            for item in items
+            if isinstance(item, CaseItem) and mode in item.case.modes
+        ]
+        width = min(self.settings.lanes, len(cases))
+        if width < 2:
+            return False
+        try:
+            self.target()
+        except InfrastructureError:
+            return False
+        from pytest_e2b_env.adapter.lanes import Lanes
+
+        def open_lane_target() -> Target:
+            return open_target(TargetSettings.from_env(live=self.settings.live, run_id=self.settings.run_id))
+
+        self.lanes = Lanes(self.settings, cases, width, open_lane_target)
+        self.lanes.start()
+        return True
+
     def close(self) -> None:
         """Stop the reference OpenEnv server, sweep the run's sandboxes and stop the target."""
+        lanes, self.lanes = self.lanes, None
+        if lanes is not None:  # their cases are over: release their hosts and targets first
+            lanes.close()
+            self.problems.extend(lanes.problems)
         hosts, self._hosts = list(self._hosts.values()), {}
         for host in hosts:  # first, while the target still answers: hosts release what they hold
             host.close()
@@ -204,8 +228,6 @@ class CaseItem(pytest.Item):
 
     def runtest(self) -> None:
         """Run the case; fail with every unmet criterion, warn on relaxed ones, or skip with the reason."""
-        from pytest_e2b_env.catalog.runner import run_case
-
         runtime = self.config.stash[runtime_key]
         settings = runtime.settings
         if settings.mode not in self.case.modes:
@@ -219,23 +241,12 @@ class CaseItem(pytest.Item):
             self.e2b_result = CaseRecord.for_case(self.case, self.subject.spec, "error", str(exc))
             self.session.shouldstop = "the e2b target is unavailable"
             raise
-        host = runtime.host(self.case.subject)
-        if host is None:
-            result = run_case(
-                self.case, self.subject, target, extra_tools=settings.episode_tools, relax=settings.relax
-            )
-        else:
-            from pytest_e2b_env.catalog.host import HostDied
-            from pytest_e2b_env.catalog.runner import crashed
+        lanes = runtime.lanes
+        result = lanes.result(self.nodeid) if lanes is not None and lanes.owns(self.nodeid) else None
+        if result is None:  # no lane ran it: here, on this process's target
+            from pytest_e2b_env.adapter.lanes import run_on
 
-            mark, started = target.ledger_mark(), time.perf_counter()
-            try:
-                result = host.run(self.case, settings.episode_tools, settings.relax)
-            except HostDied as exc:
-                # The subject took its process down: the case fails with why, the run goes on.
-                result = crashed(
-                    self.case, self.subject, target, mark, str(exc), time.perf_counter() - started
-                )
+            result = run_on(self.case, self.subject, settings, target, runtime.host(self.case.subject))
         self.e2b_result = result
         if result.status == "skipped":
             pytest.skip(result.reason or "skipped")

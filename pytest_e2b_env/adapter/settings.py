@@ -25,6 +25,25 @@ EXAMPLES = {
 }
 
 
+#: Lanes when neither ``--e2b-lanes`` nor ``e2b_lanes`` is given: cases mostly wait, so they overlap.
+DEFAULT_LANES = 4
+MAX_LANES = 16
+
+
+def _lanes(config: pytest.Config) -> int:
+    raw = config.getoption("e2b_lanes") or str(config.getini("e2b_lanes") or "").strip() or DEFAULT_LANES
+    try:
+        lanes = int(raw)
+    except ValueError:
+        lanes = 0
+    if not 1 <= lanes <= MAX_LANES:
+        raise pytest.UsageError(
+            f"--e2b-lanes={raw!r} is not a number of lanes from 1 to {MAX_LANES}; "
+            "e.g. --e2b-lanes 1 runs the catalog's cases one after another"
+        )
+    return lanes
+
+
 @dataclass
 class Settings:
     """Everything the plugin resolved from the command line and the ini file."""
@@ -41,6 +60,8 @@ class Settings:
     episode_contract: str | None = None
     cases_given: bool = False
     worker: str | None = None
+    #: Catalog cases run at once, each lane on its own target (1: one after another).
+    lanes: int = DEFAULT_LANES
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -150,4 +171,5 @@ def resolve(config: pytest.Config) -> Settings:
         episode_contract=contracts["e2b_episode_contract"],
         cases_given=bool(config.getoption("e2b_cases")),
         worker=workerinput.get("workerid") if workerinput else None,
+        lanes=_lanes(config),
     )

@@ -28,7 +28,6 @@ from pytest_e2b_env.reward.extract import extract_code
 from pytest_e2b_env.reward.preflight import check_preflight
 from pytest_e2b_env.reward.protocol import Isolation, Limits, Payload, ProtocolError
 from pytest_e2b_env.reward.records import CandidateRecord, Counters, percentile
-from pytest_e2b_env.reward.runner import DEADLINE_BACKSTOP
 from pytest_e2b_env.reward.workers import (
     Worker,
     WorkerClient,
@@ -79,6 +78,11 @@ class RewardPool:
         self.case_seconds = float(case_seconds)
         self.run_id = _run_id(run_id)
         self.limits = limits or Limits()
+        if not 1 <= self.limits.wall_slack <= 20:
+            raise ConfigError(
+                f"limits.wall_slack={self.limits.wall_slack!r} must be in [1, 20] "
+                "(times case_seconds of wall time a CPU-starved case may take), e.g. 3.0"
+            )
         self.isolation = isolation or Isolation()
         self.renew_every = float(renew_every or lifetime_seconds / 3)
         self._client = WorkerClient(
@@ -323,8 +327,8 @@ class RewardPool:
 
     async def _evaluate(self, index: int, code: str, cases: Cases) -> CandidateRecord:
         record = CandidateRecord(index, 0.0, None)
-        # a starved case may run to the runner's backstop (its deadline x DEADLINE_BACKSTOP)
-        command_timeout = len(cases) * (self.case_seconds * DEADLINE_BACKSTOP + 3) + 20
+        # a starved case may run to its wall backstop (its deadline x limits.wall_slack)
+        command_timeout = len(cases) * (self.case_seconds * self.limits.wall_slack + 3) + 20
         for attempt in (1, 2):
             record.attempts = attempt
             waited = time.monotonic()

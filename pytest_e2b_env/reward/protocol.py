@@ -44,6 +44,10 @@ class Limits:
     nofile: int = 256
     scratch_bytes: int = 16 << 20
     output_bytes: int = 65536
+    #: A case is stopped at ``case_seconds`` x this of wall time, however long it waited for a CPU
+    #: (its deadline counts its own time only): slack for a loaded host, while a fork bomb, whose
+    #: own processes starve it, still ends soon.
+    wall_slack: float = 3.0
 
 
 @dataclass(frozen=True)

@@ -273,10 +273,6 @@ def _isolate_and_exec(spec: dict, code_path: str, stdin_fd: int, out_fd: int, er
             os._exit(127)
 
 
-#: A case is stopped at this many times its deadline of wall time, however long it sat waiting for a CPU.
-DEADLINE_BACKSTOP = 10
-
-
 def _runqueue_seconds(proc_fd: int | None, pid: int) -> float | None:
     """Seconds ``pid`` has spent runnable but waiting for a CPU (``<proc>/<pid>/schedstat``), or None."""
     if proc_fd is None:
@@ -301,19 +297,19 @@ def _open_proc() -> int | None:
         return None
 
 
-def _wait_deadline(pid: int, seconds: float, proc_fd: int | None = None) -> tuple[int, bool]:
+def _wait_deadline(pid: int, seconds: float, slack: float, proc_fd: int | None = None) -> tuple[int, bool]:
     """Wait for ``pid`` until its own time passes ``seconds``; SIGKILL it then. (wait status, timed_out)
 
     Its own time is wall time minus the time it sat runnable waiting for a CPU: on a loaded host a
     correct program is slowed, not wrong, and scoring it 0 would teach the policy noise. A program
-    that sleeps or blocks still uses its time; one starved for longer than ``DEADLINE_BACKSTOP``
-    times the deadline is stopped anyway. Without schedstat the deadline is plain wall time.
+    that sleeps or blocks still uses its time; one starved for longer than ``slack`` times the
+    deadline is stopped anyway. Without schedstat the deadline is plain wall time.
     """
     pidfd = os.pidfd_open(pid)
     try:
         start = time.monotonic()
         base = _runqueue_seconds(proc_fd, pid)
-        hard = start + seconds * DEADLINE_BACKSTOP
+        hard = start + seconds * slack
         timed_out = False
         while True:
             now = time.monotonic()
@@ -362,7 +358,9 @@ def _supervise(spec: dict, code_path: str, stdin_fd: int, out_fd: int, status_fd
             report = {"setup_error": setup.decode("utf-8", "replace")}
         else:
             started = time.monotonic()
-            status, timed_out = _wait_deadline(pid, spec["case_seconds"], proc_fd)
+            status, timed_out = _wait_deadline(
+                pid, spec["case_seconds"], spec["limits"]["wall_slack"], proc_fd
+            )
             report = {
                 "setup_seconds": round(started - began, 6),
                 "seconds": round(time.monotonic() - started, 6),
@@ -399,7 +397,7 @@ def run_case(spec: dict, code_path: str, stdin_data: bytes) -> dict:
     status_raw = b""
     status_done = False
     # The deadline is A's job; this bound only protects the runner from a wedged A.
-    give_up = time.monotonic() + SETUP_SECONDS + spec["case_seconds"] + 5
+    give_up = time.monotonic() + SETUP_SECONDS + spec["case_seconds"] * spec["limits"]["wall_slack"] + 5
     reading = True
     while reading or not status_done:
         remaining = give_up - time.monotonic()

@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 from reward_helpers import CANDIDATES, TASKS, TOTAL, completion, program
 
 from pytest_e2b_env.emulator import Emulator
+from pytest_e2b_env.errors import ConfigError
 from pytest_e2b_env.reward import RewardPool
+from pytest_e2b_env.reward.protocol import Limits
 
 pytestmark = pytest.mark.namespaces
 
@@ -172,7 +174,8 @@ async def test_a_correct_program_slowed_by_cpu_contention_is_no_timeout(
     make_pool: Callable[..., RewardPool],
 ) -> None:
     """The deadline counts the program's own time, so a loaded host does not turn 1.0 into 0."""
-    pool = make_pool(workers=1, case_seconds=1.5)
+    # wide wall slack: what is tested is the own-time deadline, whatever else loads this machine
+    pool = make_pool(workers=1, case_seconds=1.5, limits=Limits(wall_slack=20))
     cases = [{"input": "7", "output": "7"}]
     assert await pool.code_reward([completion(CONTENDED)], [cases]) == [1.0]
     (record,) = pool.ledger
@@ -182,6 +185,22 @@ async def test_a_correct_program_slowed_by_cpu_contention_is_no_timeout(
     sleeper = "import time\ntime.sleep(5)\n"
     assert await pool.code_reward([completion(sleeper)], [cases]) == [0.0]
     assert pool.ledger[-1]["cases"][0]["reason"] == "timeout"
+
+
+async def test_a_starved_case_is_stopped_at_its_wall_slack(make_pool: Callable[..., RewardPool]) -> None:
+    """However much of its wall time a case spends waiting for a CPU, it ends at deadline x slack."""
+    pool = make_pool(workers=1, case_seconds=0.5, limits=Limits(wall_slack=2))
+    starved = CONTENDED.replace("< 1.0", "< 60")  # wants 60 s of CPU it never gets
+    assert await pool.code_reward([completion(starved)], [[{"input": "7", "output": "7"}]]) == [0.0]
+    (case,) = pool.ledger[-1]["cases"]
+    assert case["reason"] == "timeout"
+    assert 0.5 <= case["seconds"] < 20, case  # far below the CPU the program asked for
+
+
+def test_wall_slack_outside_its_range_is_refused() -> None:
+    """A slack below 1 would cut a case before its deadline; the error names the value."""
+    with pytest.raises(ConfigError, match=r"limits.wall_slack=0.5"):
+        RewardPool(limits=Limits(wall_slack=0.5))
 
 
 async def test_hostile_writes_left_no_trace(make_pool: Callable[..., RewardPool]) -> None:
