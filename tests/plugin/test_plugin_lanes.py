@@ -1,0 +1,66 @@
+"""Catalog cases in lanes: the verdicts, records and their order of a serial run; -x and -k hold."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from plugin_helpers import CASES, only_bundle, read_json, write_project
+
+
+def _more_cases(pytester: pytest.Pytester, copies: int = 3) -> list[str]:
+    """The tiny case file, each case repeated under new ids (so lanes have work to share)."""
+    text, ids = "", []
+    for n in range(copies):
+        text += CASES.replace('id = "reward-tiny-', f'id = "reward-tiny{n}-')
+        ids += [f"reward-tiny{n}-correct", f"reward-tiny{n}-no-fence"]
+    (pytester.path / "mycases" / "reward.toml").write_text(text)
+    return ids
+
+
+def _records(pytester: pytest.Pytester, evidence: str) -> list[tuple[str, str, str | None]]:
+    """(id, status, reason: the failed criteria) per record, in bundle order."""
+    bundle = only_bundle(pytester.path / evidence)
+    rows = [json.loads(line) for line in (bundle / "cases.jsonl").read_text().splitlines()]
+    return [(r["id"], r["status"], r["reason"]) for r in rows]
+
+
+@pytest.mark.parametrize("subject", ["tinyreward:make_reward", "tinyreward:leaky_reward"])
+def test_lanes_give_the_serial_verdicts_in_the_same_order(pytester: pytest.Pytester, subject: str) -> None:
+    """Same statuses, same failed criteria, records in catalog order, with 1 lane and with 3."""
+    write_project(pytester, subject=subject)
+    ids = _more_cases(pytester)
+    serial = pytester.runpytest("--e2b-lanes", "1", "--e2b-evidence", "serial")
+    laned = pytester.runpytest("--e2b-lanes", "3", "--e2b-evidence", "laned")
+    assert serial.parseoutcomes() == laned.parseoutcomes()
+    assert [r[0] for r in _records(pytester, "laned")] == ids
+    assert _records(pytester, "laned") == _records(pytester, "serial")
+    assert read_json(only_bundle(pytester.path / "laned") / "coverage.json")["complete"]
+
+
+def test_exitfirst_stops_the_lanes_and_leaves_nothing(pytester: pytest.Pytester) -> None:
+    """-x: the first failure is reported, no later case is, and the run leaves no sandbox."""
+    write_project(pytester, subject="tinyreward:leaky_reward")
+    _more_cases(pytester, copies=4)
+    result = pytester.runpytest("-x", "--e2b-lanes", "2", "--e2b-evidence", "ev")
+    result.assert_outcomes(failed=1)
+    cleanup = read_json(only_bundle(pytester.path / "ev") / "cleanup.json")["records"]
+    assert all(r["confirmed_absent_at"] for r in cleanup), cleanup
+
+
+def test_k_selects_cases_for_the_lanes(pytester: pytest.Pytester) -> None:
+    """-k: only the selected cases run, in lanes, and only they are recorded."""
+    write_project(pytester)
+    _more_cases(pytester)
+    result = pytester.runpytest("-k", "no-fence", "--e2b-lanes", "3", "--e2b-evidence", "ev")
+    result.assert_outcomes(passed=3)
+    assert [r[0] for r in _records(pytester, "ev")] == [f"reward-tiny{n}-no-fence" for n in range(3)]
+
+
+@pytest.mark.parametrize("value", ["0", "17", "four"])
+def test_a_bad_lane_count_is_a_usage_error_naming_it(pytester: pytest.Pytester, value: str) -> None:
+    """--e2b-lanes outside 1..16 stops the run with the value and an example."""
+    write_project(pytester)
+    result = pytester.runpytest("--e2b-lanes", value)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*--e2b-lanes={value!r} is not a number of lanes from 1 to 16*"])
