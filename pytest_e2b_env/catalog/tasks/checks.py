@@ -57,25 +57,27 @@ def _short(text: Any) -> str:
     return value if len(value) <= _TEXT else value[:_TEXT] + "..."
 
 
+def _forms(text: str) -> list[str]:
+    """``text``, its JSON value re-serialized (default and compact), each also as inside a JSON string."""
+    variants = [text]
+    try:
+        value = json.loads(text)
+    except ValueError:
+        pass
+    else:
+        variants += [json.dumps(value), json.dumps(value, separators=(",", ":"))]
+    return [form for variant in variants for form in (variant, json.dumps(variant)[1:-1])]
+
+
 def needles(expected: Sequence[str], sent: Sequence[str]) -> list[str]:
     """The texts whose presence in a request body means an expected output entered a sandbox.
 
-    Each expected output as given, re-serialized (``json.dumps`` default and compact), and each of
-    those as it reads inside a JSON string; a form shorter than :data:`MIN_NEEDLE` or found in
-    anything the check sends on purpose (inputs, programs, task files) is not a proof of a leak.
+    Every form (:func:`_forms`) of every expected output, except those shorter than
+    :data:`MIN_NEEDLE` or found in a form of anything the check sends on purpose (inputs,
+    programs, task files): their presence proves nothing.
     """
-    forms: list[str] = []
-    for text in expected:
-        variants = [text]
-        try:
-            value = json.loads(text)
-        except ValueError:
-            value = None
-        else:
-            variants += [json.dumps(value), json.dumps(value, separators=(",", ":"))]
-        for variant in variants:
-            forms += [variant, json.dumps(variant)[1:-1]]
-    legit = "\n".join([*sent, *(json.dumps(s) for s in sent)])
+    legit = "\n".join(form for text in sent for form in _forms(text))
+    forms = [form for text in expected for form in _forms(text)]
     kept = [f for f in dict.fromkeys(forms) if len(f) >= MIN_NEEDLE and f not in legit]
     return kept[:MAX_NEEDLES]
 
