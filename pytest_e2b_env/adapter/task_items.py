@@ -145,12 +145,13 @@ def add_task_items(session: pytest.Session, items: list[pytest.Item]) -> None:
         return
     from _pytest.runner import collect_one_node
 
-    for kind in configured_tasks(session.config):  # a bad source: one error, before any item
-        if settings.subject_for(kind) is None:
+    for kind, source in (("reward", settings.reward_tasks), ("episode", settings.episode_tasks)):
+        if source and settings.subject_for(kind) is None:
             raise pytest.UsageError(
                 f"e2b_{kind}_tasks is set but e2b_{kind}_subject is not: the tasks are checked through "
                 f"your own {kind} code; set e2b_{kind}_subject (docs/tasks.md)"
             )
+    configured_tasks(session.config)  # a bad source: one error, before any item
     collector = TaskCollector.from_parent(session, name=COLLECTOR_NAME, nodeid=COLLECTOR_NAME)
     report = collect_one_node(collector)
     session.ihook.pytest_collectreport(report=report)
