@@ -76,6 +76,7 @@ def test_rows_load_from_a_spec_json_and_jsonl(tmp_path: Path) -> None:
         ({"task_id": "a", "test_cases": []}, "'test_cases' must be a non-empty list"),
         ({"task_id": "a", "test_cases": [{"input": 1, "output": "1"}]}, "test_cases[0] must be"),
         ({"task_id": "a", "test_cases": [{"input": "1", "output": "1"}], "solution": 3}, "'solution'"),
+        ({"task_id": "a", "test_cases": [{"input": "1", "output": "1"}], "completions": []}, "clash"),
     ],
 )
 def test_a_bad_row_is_one_error_naming_the_row_and_field(tmp_path: Path, row: dict, named: str) -> None:

@@ -31,6 +31,8 @@ _TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 #: Columns the checks build themselves; every other column of a reward row reaches the subject.
 _REWARD_OWN = ("task_id", "prompt", "test_cases", "solution")
 _EPISODE_REQUIRED = ("id", "workdir", "files", "artifact", "command", "verification")
+#: Keywords TRL passes itself: a dataset column of one of these names breaks TRL's reward call.
+_TRL_KEYWORDS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,11 @@ def _reward_row(row: Mapping[str, Any], where: str) -> RewardTask:
                 f'test_cases[{i}] must be {{"input": "<json text>", "output": "<json text>"}} '
                 f"(strings), got {str(case)[:120]!r}",
             )
+    clash = sorted(set(row) & set(_TRL_KEYWORDS))
+    if clash:
+        raise _bad(
+            where, f"column(s) {clash} clash with the keywords TRL passes a reward function; rename them"
+        )
     solution = row.get("solution")
     if solution is not None and not (isinstance(solution, str) and solution.strip()):
         raise _bad(where, "field 'solution' must be the reference program's source text")
