@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_e2b_env.catalog.contract import Subject, load_subject
+from pytest_e2b_env.catalog.contract import Contract, Subject, load_subject
 from pytest_e2b_env.catalog.tasks import load_tasks
 from pytest_e2b_env.catalog.tasks.checks import CHECKS, TaskCheck, needles, run_check
 from pytest_e2b_env.errors import ConfigError
@@ -244,3 +244,31 @@ def test_every_bundled_repair_task_passes(episode: Subject, target: Target) -> N
         if (r := run_check(t, name, tasks, episode, target)).status != "passed"
     ]
     assert failed == []
+
+
+def test_an_episode_sending_the_expected_value_fails_the_check(target: Target) -> None:
+    """A verifier that gets the expected value as a file is caught; the same code without it is not."""
+    from catalog_subjects import TinyEpisode
+
+    class ShipsExpected(TinyEpisode):
+        def submit(self) -> str:
+            """Submit the artifact for grading (with the answer key beside it)."""
+            expected = json.dumps(self._task["verification"]["expected"])
+            self._task["verification"]["files"] = {
+                **self._task["verification"]["files"],
+                "key.json": expected,
+            }
+            return super().submit()
+
+    tasks = load_tasks(f"{BUNDLED}:episode_tasks", "episode")
+    task = next(t for t in tasks if t.task_id == "weekly-sales")
+    results = {}
+    for factory in (TinyEpisode, ShipsExpected):
+        subject = Subject(
+            kind="episode", spec=factory.__name__, factory=factory, contract=Contract(kind="episode")
+        )
+        results[factory.__name__] = run_check(task, "oracle", tasks, subject, target)
+    assert results["TinyEpisode"].status == "passed"
+    assert results["TinyEpisode"].details["expected_outputs_checked"] > 0
+    assert results["ShipsExpected"].status == "failed"
+    assert "an expected output of the task entered a sandbox" in str(results["ShipsExpected"].reason)
