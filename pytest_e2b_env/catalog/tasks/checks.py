@@ -158,10 +158,26 @@ class Run:
     def scores(self) -> list[Any] | None:
         return self.record.rewards
 
-    def hidden_problem(self) -> str | None:
+    def problem(self) -> tuple[str, str] | None:
+        """``(status, reason)`` when this run fails or skips the check whatever the scores, else None."""
+        hidden = self._hidden()
+        if hidden is not None:
+            return "failed", hidden
+        if self.record.status == "skipped":
+            return "skipped", f"skipped: {self.record.reason}"
+        others = [c for c in self.record.failed_criteria if c["id"] != HIDDEN]
+        if others:
+            lines = [f"{c['id']}: {c['description']} (observed {_short(c['actual'])})" for c in others]
+            return "failed", "the subject failed the run itself, so the task cannot be judged: " + "; ".join(
+                lines
+            )
+        if self.scores is None:
+            return "failed", "the subject produced no score"
+        return None
+
+    def _hidden(self) -> str | None:
         """Which requests carried an expected output into a sandbox (from the ledger), else None."""
-        failed = [c for c in self.record.failed_criteria if c["id"] == HIDDEN]
-        if not failed:
+        if not any(c["id"] == HIDDEN for c in self.record.failed_criteria):
             return None
         fired = [
             f"{e.get('route', '')} (sandbox {e.get('sandbox_id') or '-'})"
@@ -173,18 +189,6 @@ class Run:
             f"{len(fired)} request(s) carrying one ({'; '.join(fired[:5])}); compare outputs outside "
             "the sandbox and send only the program and its input"
         )
-
-    def subject_problem(self) -> str | None:
-        """Why this run says nothing about the task (the subject raised, leaked, was skipped), else None."""
-        others = [c for c in self.record.failed_criteria if c["id"] != HIDDEN]
-        if self.record.status == "skipped":
-            return f"skipped: {self.record.reason}"
-        if others:
-            lines = [f"{c['id']}: {c['description']} (observed {_short(c['actual'])})" for c in others]
-            return "the subject failed the run itself, so the task cannot be judged: " + "; ".join(lines)
-        if self.scores is None:
-            return "the subject produced no score"
-        return None
 
 
 def _run(case: Case, found: list[str], subject: Subject, target: Target, options: dict[str, Any]) -> Run:
@@ -230,16 +234,22 @@ def _oracle(task: Task, subject: Subject, target: Target, options: dict[str, Any
     run = _oracle_run(task, subject, target, options, per_case=True)
     scores = run.scores or []
     result.details = {"scores": scores, "expected_outputs_checked": run.needles}
-    problem = run.hidden_problem() or run.subject_problem()
+    problem = run.problem()
     if problem is not None:
-        result.status, result.reason = ("skipped" if problem.startswith("skipped") else "failed"), problem
+        result.status, result.reason = problem
         return result
     if isinstance(task, RewardTask):
+        if len(scores) != len(task.test_cases):
+            result.status = "failed"
+            result.reason = (
+                f"the subject returned {len(scores)} score(s) for {len(task.test_cases)} completion(s)"
+            )
+            return result
         misses = [i for i, s in enumerate(_numbers(scores)) if s is None or abs(s - MAXIMUM) > 1e-9]
-        if misses or len(scores) != len(task.test_cases):
+        if misses:
             shown = [
                 f"case {i}: input {_short(task.test_cases[i]['input'])}, expected "
-                f"{_short(task.test_cases[i]['output'])}, scored {scores[i] if i < len(scores) else None}"
+                f"{_short(task.test_cases[i]['output'])}, scored {scores[i]}"
                 for i in misses[:5]
             ]
             result.status = "failed"
@@ -275,17 +285,17 @@ def _floor(
             case, found = _episode_case(task, "floor", _shortcut_steps(task, program), extra)
             runs.append(([program], _run(case, found, subject, target, options)))
     for group, run in runs:
-        problem = run.hidden_problem() or run.subject_problem()
+        problem = run.problem()
         if problem is not None:
-            result.status = "skipped" if problem.startswith("skipped") else "failed"
             names = group[0].name if len(group) == 1 else f"the batch of {len(group)} floor programs"
-            result.reason = f"{names}: {problem}"
+            result.status, result.reason = problem[0], f"{names}: {problem[1]}"
             return result
         checked = max(checked, run.needles)
         values = _numbers(run.scores or [])
         for i, program in enumerate(group):
             scored[program.name] = values[i] if i < len(values) else None
-    passing = [name for name, s in scored.items() if s is None or s >= MAXIMUM - 1e-9]
+    passing = [name for name, s in scored.items() if s is not None and s >= MAXIMUM - 1e-9]
+    no_score = [name for name, s in scored.items() if s is None]
     best = max((s for s in scored.values() if s is not None), default=None)
     result.details = {
         "scores": scored,
@@ -298,6 +308,9 @@ def _floor(
         what = "; ".join(f"{n} ({next(p.does for p in programs if p.name == n)})" for n in passing)
         result.status = "failed"
         result.reason = f"a no-op or shortcut program reaches the maximum {MAXIMUM}: {what}"
+    elif no_score:
+        result.status = "failed"
+        result.reason = f"the subject returned no number for floor program(s) {', '.join(no_score)}"
     return result
 
 
@@ -307,10 +320,9 @@ def _repeat(task: Task, subject: Subject, target: Target, options: dict[str, Any
     scores: list[Any] = []
     for _ in range(repeats):
         run = _oracle_run(task, subject, target, options, per_case=False)
-        problem = run.hidden_problem() or run.subject_problem()
+        problem = run.problem()
         if problem is not None:
-            result.status = "skipped" if problem.startswith("skipped") else "failed"
-            result.reason = f"run {len(scores) + 1} of {repeats}: {problem}"
+            result.status, result.reason = problem[0], f"run {len(scores) + 1} of {repeats}: {problem[1]}"
             result.details = {"scores": scores}
             return result
         scores.append((run.scores or [None])[0])
@@ -340,6 +352,8 @@ def run_check(
     """Run ``check`` on ``task`` (``tasks``: every task of the run, for the floor's borrowed outputs)."""
     if check not in CHECKS:
         raise ValueError(f"unknown task check {check!r}; one of {', '.join(CHECKS)}")
+    if not 1 <= repeats <= MAX_REPEATS:
+        raise ValueError(f"repeats={repeats} is outside 1-{MAX_REPEATS}")
     started = time.perf_counter()
     options = {"repeats": repeats, "extra_tools": extra_tools, "relax": relax}
     if task.solution is None and check != "floor":
