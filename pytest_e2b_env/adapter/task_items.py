@@ -203,3 +203,24 @@ class TaskEvidence:
             reporter.info["tasks_digest"] = tasks_digest(t for kind in loaded.values() for t in kind)
         except pytest.UsageError as exc:  # informative only; the run already reported the source
             reporter.info["tasks_digest"] = f"unavailable: {str(exc)[:200]}"
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """One line per task: its worst status, the oracle, the floor gap and the repeat spread."""
+        if not self.rows:
+            return
+        from pytest_e2b_env.evidence.tasks import tasks_doc
+
+        terminalreporter.section("e2b tasks")
+        for task in tasks_doc(self.rows.values())["tasks"]:
+            gap, spread = task["floor_gap"], task["repeat_spread"]
+            terminalreporter.write_line(
+                f"{task['task_id']:<28} {task['kind']:<8} {task['status']:<8} oracle {task['oracle']}, "
+                f"floor gap {'-' if gap is None else f'{gap:g}'}, "
+                f"repeat spread {'-' if spread is None else f'{spread:g}'}"
+            )
+        reporter = self.config.pluginmanager.get_plugin("e2b_env_evidence")
+        if reporter is not None and not reporter.records:  # the catalog's summary names it otherwise
+            if reporter.bundle is not None:
+                terminalreporter.write_line(f"evidence bundle: {reporter.bundle}")
+            for problem in reporter.problems:
+                terminalreporter.write_line(f"evidence problem: {problem}", red=True)

@@ -56,6 +56,14 @@ def test_task_checks_run_and_fill_the_bundle(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--e2b-evidence", "ev", "-m", "e2b_task", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=5, failed=1)
     result.stdout.fnmatch_lines(["*TaskFailure: task echo-passes floor: a no-op or shortcut*: echo-input*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*e2b tasks*",
+            "sum-big * reward * passed * oracle passed, floor gap 0.5, repeat spread 0",
+            "echo-passes * reward * failed * oracle passed, floor gap 0, repeat spread 0",
+            "evidence bundle: *",
+        ]
+    )
     bundle = only_bundle(pytester.path / "ev")
     manifest = read_json(bundle / "run-manifest.json")
     assert manifest["tasks"]["counts"] == {"failed": 1, "passed": 5}
