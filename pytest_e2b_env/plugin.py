@@ -86,12 +86,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini(
         "e2b_relax", default="", help="policy criteria to relax by name, comma separated (docs/catalog.md)"
     )
+    parser.addini(
+        "e2b_reward_tasks", default="", help="your reward tasks: 'module:attr' or a .json/.jsonl path"
+    )
+    parser.addini(
+        "e2b_episode_tasks", default="", help="your repair tasks: 'module:attr' or a .json/.jsonl path"
+    )
+    parser.addini("e2b_task_repeats", default="3", help="runs of each task's oracle for the repeat check")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Validate the options, register markers and fixtures, and (controller only) the reporter."""
     config.addinivalue_line("markers", "e2b_live: needs real E2B; skipped unless --e2b-live is given")
     config.addinivalue_line("markers", "e2b_case(id): the catalog case an item runs")
+    config.addinivalue_line(
+        "markers", "e2b_task(check): a check (oracle, floor, repeat) of one of your tasks"
+    )
     from pytest_e2b_env.adapter.items import Runtime, runtime_key, settings_key
     from pytest_e2b_env.adapter.settings import resolve
 
@@ -106,6 +116,9 @@ def pytest_configure(config: pytest.Config) -> None:
         from pytest_e2b_env.adapter.report import EvidenceReporter
 
         config.pluginmanager.register(EvidenceReporter(config, settings), "e2b_env_evidence")
+        from pytest_e2b_env.adapter.task_items import TaskEvidence
+
+        config.pluginmanager.register(TaskEvidence(config), "e2b_env_task_evidence")
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -181,6 +194,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         for kind in ("reward", "episode"):
             runtime.subject(kind)  # a subject that cannot be imported: one UsageError, before any case
         add_catalog_items(session, items)
+        from pytest_e2b_env.adapter.task_items import add_task_items
+
+        add_task_items(session, items)
     if not runtime.settings.live:
         skip = pytest.mark.skip(reason="needs --e2b-live")
         for item in items:
@@ -219,6 +235,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             payload = result_payload(item)
             if payload is not None:
                 report.e2b_case = payload
+        elif getattr(item, "e2b_task", None) is not None:
+            report.e2b_task = json.dumps(item.e2b_task.to_dict())  # type: ignore[attr-defined]
     return report
 
 

@@ -109,7 +109,7 @@ class EvidenceReporter:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """Write the bundle once (controller) and fail the run when it is incomplete."""
-        if not self.expected and not self.records:
+        if not self.expected and not self.records and not self.info.get("tasks"):
             return
         from pytest_e2b_env.evidence import BundleWriter, verify_bundle
 
@@ -150,6 +150,8 @@ class EvidenceReporter:
             "relaxed_policies": sorted(self.settings.relax),
             "contracts": self.info.get("contracts", {}),
         }
+        if self.info.get("tasks_digest"):
+            manifest["tasks_digest"] = self.info["tasks_digest"]
         if self.settings.live:
             manifest["live_endpoint"] = "E2B (through the fault proxy)"
         try:
@@ -162,6 +164,7 @@ class EvidenceReporter:
             for case_id, events in self.trajectories.items():
                 writer.add_trajectory(case_id, events)
             writer.add_cleanup(self.cleanup)
+            writer.add_tasks(self.info.get("tasks") or [])
             summary = "\n".join(
                 f"{r['id']}: {r['status']} {r.get('reason') or ''}".rstrip() for r in self.records.values()
             )

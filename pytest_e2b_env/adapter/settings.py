@@ -63,6 +63,10 @@ class Settings:
     #: Catalog cases run at once, each lane on its own target (1: one after another).
     lanes: int = DEFAULT_LANES
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The user's tasks (``module:attr`` or an absolute .json/.jsonl path) and the repeat count.
+    reward_tasks: str | None = None
+    episode_tasks: str | None = None
+    task_repeats: int = 3
 
     @property
     def mode(self) -> str:
@@ -147,6 +151,7 @@ def resolve(config: pytest.Config) -> Settings:
             raise pytest.UsageError(
                 f"e2b_episode_tools entry {tool!r} is not a tool name; list method names such as 'read_file'"
             )
+    tasks = resolve_tasks(config)
     workerinput = getattr(config, "workerinput", None)
     run_id = (
         workerinput.get("e2b_run_id")
@@ -172,4 +177,31 @@ def resolve(config: pytest.Config) -> Settings:
         cases_given=bool(config.getoption("e2b_cases")),
         worker=workerinput.get("workerid") if workerinput else None,
         lanes=_lanes(config),
+        **tasks,
     )
+
+
+def resolve_tasks(config: pytest.Config) -> dict[str, Any]:
+    """``e2b_reward_tasks`` / ``e2b_episode_tasks`` (paths made absolute against the rootdir) and
+    ``e2b_task_repeats``; the rows themselves load when the task items are collected."""
+    from pytest_e2b_env.catalog.tasks.load import is_spec
+
+    out: dict[str, Any] = {}
+    for kind in ("reward", "episode"):
+        raw = str(config.getini(f"e2b_{kind}_tasks") or "").strip()
+        if raw and not is_spec(raw):
+            path = Path(raw) if Path(raw).is_absolute() else config.rootpath / raw
+            if not path.is_file():
+                raise pytest.UsageError(
+                    f"e2b_{kind}_tasks={raw!r}: {path} does not exist; give a .json/.jsonl file "
+                    "(relative to the rootdir) or 'module:attr', e.g. mypkg.tasks:TRAIN_TASKS"
+                )
+            raw = str(path)
+        out[f"{kind}_tasks"] = raw or None
+    repeats = str(config.getini("e2b_task_repeats") or "3").strip()
+    if not repeats.isdigit() or not 2 <= int(repeats) <= 20:
+        raise pytest.UsageError(
+            f"e2b_task_repeats={repeats!r} is not a whole number from 2 to 20 (default 3)"
+        )
+    out["task_repeats"] = int(repeats)
+    return out

@@ -115,18 +115,26 @@ class _TrainerState:
     num_train_epochs = 1
 
 
-def trl_kwargs(completions: list[Any], tests: list[Any], contract: Contract) -> dict[str, Any]:
+def trl_kwargs(
+    completions: list[Any],
+    tests: list[Any],
+    contract: Contract,
+    prompt: list[dict[str, Any]] | None = None,
+    columns: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Keyword arguments exactly as TRL 1.16's ``_calculate_rewards`` passes them.
 
     ``prompts``, ``completions``, ``completion_ids``, every dataset column, then
-    ``trainer_state``, ``log_extra`` and ``log_metric``.
+    ``trainer_state``, ``log_extra`` and ``log_metric``. ``prompt`` and ``columns`` are the
+    dataset row's, repeated per completion as for a group of generations of one row.
     """
-    prompts = [[{"role": "user", "content": "Solve the task."}] for _ in completions]
+    prompts = [list(prompt or [{"role": "user", "content": "Solve the task."}]) for _ in completions]
     ids = [list(json.dumps(c, default=str).encode()[:64]) for c in completions]
     return {
         "prompts": prompts,
         "completions": completions,
         "completion_ids": ids,
+        **{name: [value for _ in completions] for name, value in (columns or {}).items()},
         **columns_for(contract, tests),
         "trainer_state": _TrainerState(),
         "log_extra": lambda *a, **k: None,
@@ -177,10 +185,15 @@ class RewardDriver:
             call.seconds = time.perf_counter() - started
             call.mark_end = self.target.ledger_mark()
 
+    def _kwargs(self, completions: list[Any], tests: list[Any]) -> dict[str, Any]:
+        spec = self.case.reward
+        assert spec is not None
+        return trl_kwargs(completions, tests, self.contract, spec.prompt, spec.columns)
+
     async def _call_reward(self, fn: Callable[..., Any], items: list[Completion], name: str) -> Any:
         completions, tests = batch(self.case, items)
         summary = {"completions": len(completions)}
-        kwargs = trl_kwargs(completions, tests, self.contract)
+        kwargs = self._kwargs(completions, tests)
         if is_async_callable(fn):
             return await self._observe(name, lambda: fn(**kwargs), summary)
         # A sync reward function may run its own event loop: give it a thread, as TRL's sync path would.
@@ -195,7 +208,7 @@ class RewardDriver:
         )
         self.obs.calls.append(call)
         started = time.perf_counter()
-        task = asyncio.ensure_future(self._as_awaitable(fn, trl_kwargs(completions, tests, self.contract)))
+        task = asyncio.ensure_future(self._as_awaitable(fn, self._kwargs(completions, tests)))
         deadline = time.monotonic() + 60
         while not task.done() and time.monotonic() < deadline:
             if any(e.get("op") in ("run", "run_code") for e in self.target.ledger(since=mark)):

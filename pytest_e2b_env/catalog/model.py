@@ -154,6 +154,10 @@ class RewardInput(BaseModel):
     test_cases: list[dict[str, str]] = Field(default_factory=list)
     second_batch: list[Completion] | None = None
     cancel_on: Literal["run"] | None = None
+    #: The dataset row's prompt, passed as ``prompts`` (default: one generic user message).
+    prompt: list[dict[str, Any]] | None = None
+    #: The row's other dataset columns, passed as TRL passes columns: one value per completion.
+    columns: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _tests(self) -> RewardInput:

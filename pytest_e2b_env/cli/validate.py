@@ -93,6 +93,10 @@ def main(argv: list[str]) -> int:
     """Run the catalog; return pytest's exit status."""
     import pytest
 
+    from pytest_e2b_env.cli import validate_tasks
+
+    if validate_tasks.wants_tasks(argv):  # validate --tasks PATH: only the task checks of a dataset
+        return validate_tasks.main(argv)
     options = build_parser().parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="pytest-e2b-env-validate-") as tmp:
         empty = Path(tmp)

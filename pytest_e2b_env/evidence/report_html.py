@@ -53,6 +53,7 @@ def render_index(
     cases: Sequence[Mapping[str, Any]],
     cleanup: Mapping[str, Any],
     problems: Sequence[str] = (),
+    tasks: Mapping[str, Any] | None = None,
 ) -> str:
     """Return the whole index.html for a bundle (inputs must already be redacted)."""
     run_id = str(manifest.get("run_id", ""))
@@ -61,6 +62,7 @@ def render_index(
         _families(coverage),
         _rewards(cases),
         _cases(coverage, cases),
+        _tasks(tasks) if tasks else "",
         _cleanup(cleanup),
     ]
     return (
@@ -72,6 +74,41 @@ def render_index(
         f"<title>pytest-e2b-env evidence {escape(run_id)}</title><style>{_CSS}</style></head>\n<body>\n"
         + "\n".join(body)
         + "\n</body></html>\n"
+    )
+
+
+def _number(value: Any) -> str:
+    return "-" if value is None else escape(f"{value:g}" if isinstance(value, float) else str(value))
+
+
+def _tasks(tasks: Mapping[str, Any]) -> str:
+    """Your tasks: one row per task with its oracle, floor gap and repeat spread, then each failure."""
+    rows = []
+    for task in tasks.get("tasks", []):
+        checks: Mapping[str, Any] = task.get("checks", {})
+        reasons = "".join(
+            f"<li class='fail'>{escape(str(name))}: {escape(str(c.get('reason') or ''))}</li>"
+            for name, c in checks.items()
+            if c.get("status") not in ("passed", "skipped")
+        )
+        cells = "".join(
+            f"<td>{_badge(str(checks[name].get('status')))}</td>" if name in checks else "<td>-</td>"
+            for name in ("oracle", "floor", "repeat")
+        )
+        name = escape(str(task.get("task_id")))
+        rows.append(
+            f"<tr data-task='{name}'><td>{name}</td><td>{escape(str(task.get('kind')))}</td>{cells}"
+            f"<td class='num'>{_number(task.get('floor_gap'))}</td>"
+            f"<td class='num'>{_number(task.get('repeat_spread'))}</td>"
+            f"<td>{f'<ul class=crit>{reasons}</ul>' if reasons else ''}</td></tr>"
+        )
+    digest = escape(str(tasks.get("digest") or "unknown"))
+    return (
+        f"<h2>Tasks</h2><p class='muted'>Your tasks (digest {digest}): the reference solution at the "
+        "maximum (oracle), the best no-op or shortcut program's distance below it (floor gap), and the "
+        "oracle's score range over repeated runs (repeat spread).</p><table id='tasks'><tr><th>task</th>"
+        "<th>kind</th><th>oracle</th><th>floor</th><th>repeat</th><th>floor gap</th><th>repeat spread</th>"
+        f"<th>failures</th></tr>{''.join(rows)}</table>"
     )
 
 

@@ -92,13 +92,31 @@ def _check_manifest(root: Path, manifest: Any, coverage: Any, problems: list[str
         problems.append("run is marked incomplete: " + "; ".join(str(p) for p in listed[:20]))
 
 
-def _check_coverage(coverage: Any, problems: list[str]) -> list[dict[str, Any]]:
+def _check_tasks(root: Path, manifest: Any, problems: list[str]) -> bool:
+    """``tasks.json`` agrees with the manifest's ``tasks`` entry; True when the bundle holds task checks."""
+    declared = manifest.get("tasks") if isinstance(manifest, dict) else None
+    present = (root / "tasks.json").is_file()
+    if declared is None and not present:
+        return False
+    if not isinstance(declared, dict) or not present:
+        problems.append("tasks.json and the manifest's 'tasks' entry must both be present")
+        return False
+    doc = _load_json(root, "tasks.json", problems)
+    if not isinstance(doc, dict) or not isinstance(doc.get("tasks"), list):
+        problems.append("tasks.json has no 'tasks' list")
+        return False
+    if doc.get("digest") != declared.get("digest") or doc.get("counts") != declared.get("counts"):
+        problems.append("tasks.json disagrees with the manifest's 'tasks' entry (digest or counts)")
+    return bool(doc["tasks"])
+
+
+def _check_coverage(coverage: Any, problems: list[str], tasks: bool = False) -> list[dict[str, Any]]:
     if not isinstance(coverage, dict) or not isinstance(coverage.get("cases"), list):
         if coverage is not None:
             problems.append("coverage.json has no 'cases' list")
         return []
     entries = [e for e in coverage["cases"] if isinstance(e, dict)]
-    if not entries:
+    if not entries and not tasks:  # a run of task checks only records them in tasks.json
         problems.append("coverage.json lists no cases; an empty run proves nothing")
     counts = Counter(str(e.get("status")) for e in entries)
     for entry in entries:
@@ -246,8 +264,9 @@ def verify_bundle(
         if not (root / rel).is_dir():
             problems.append(f"{rel}/ is missing from the bundle")
     coverage = _load_json(root, "coverage.json", problems)
-    _check_manifest(root, _load_json(root, "run-manifest.json", problems), coverage, problems)
-    entries = _check_coverage(coverage, problems)
+    manifest = _load_json(root, "run-manifest.json", problems)
+    _check_manifest(root, manifest, coverage, problems)
+    entries = _check_coverage(coverage, problems, _check_tasks(root, manifest, problems))
     _check_cases(root, entries, problems)
     _check_junit(root, entries, problems)
     _check_index(root, problems)

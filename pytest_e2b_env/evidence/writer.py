@@ -36,6 +36,7 @@ from pytest_e2b_env.evidence.records import (
 )
 from pytest_e2b_env.evidence.redaction import Redactor
 from pytest_e2b_env.evidence.report_html import render_index
+from pytest_e2b_env.evidence.tasks import tasks_doc
 
 SCHEMA_VERSION = 1
 MAX_LOG_CHARS = 512 * 1024
@@ -98,6 +99,7 @@ class BundleWriter:
         self._logs: dict[str, str] = {}
         self._log_chars = 0
         self._problems: list[str] = []
+        self._tasks: list[dict[str, Any]] = []
         self._finished = False
         # Redact early with the environment's secrets so raw secrets do not sit in memory
         # longer than needed; finish() redacts again with the caller's list.
@@ -133,6 +135,11 @@ class BundleWriter:
         """Record sandboxes created by the run and whether each was confirmed gone."""
         with self._lock:
             self._cleanup.extend(self._early.data(normalize_cleanup(r)) for r in records)
+
+    def add_tasks(self, rows: Iterable[dict[str, Any]]) -> None:
+        """Record task-check outcomes (``tasks.json`` and the page's Tasks section)."""
+        with self._lock:
+            self._tasks.extend(self._early.data(bound(dict(row))) for row in rows)
 
     def add_log(self, name: str, text: str) -> None:
         """Keep a log under ``logs/``: redacted, each capped at 512 KiB, all together at 8 MiB."""
@@ -205,6 +212,8 @@ class _Finisher:
         self._part("trajectories", self._write_trajectories)
         self._part("logs", self._write_logs)
         self._part("cleanup.json", lambda: self._json("cleanup.json", self._cleanup_doc()))
+        if self.w._tasks:
+            self._part("tasks.json", lambda: self._json("tasks.json", self._tasks_doc()))
         self._part("coverage.json", lambda: self._json("coverage.json", coverage))
         self._part("junit.xml", lambda: self._junit(coverage))
         self._part("index.html", lambda: self._index(coverage))
@@ -251,7 +260,9 @@ class _Finisher:
             }
 
     def _coverage(self) -> dict[str, Any]:
-        coverage, problems = build_coverage(self.w.run_id, self.cases, self.expected, self.family_seconds)
+        coverage, problems = build_coverage(
+            self.w.run_id, self.cases, self.expected, self.family_seconds, tasks=len(self.w._tasks)
+        )
         self.problems.extend(problems)
         return coverage
 
@@ -340,8 +351,13 @@ class _Finisher:
             self.cases,
             self.r.data(self._cleanup_doc()),
             problems=list(self.problems),
+            tasks=self.r.data(self._tasks_doc()) if self.w._tasks else None,
         )
         self._text("index.html", html)
+
+    def _tasks_doc(self) -> dict[str, Any]:
+        digest = self.w._manifest.get("tasks_digest")
+        return tasks_doc(self.r.data(self.w._tasks), str(digest) if digest else None)
 
     def _scan_written(self) -> None:
         for path in sorted(self.tmp.rglob("*")):
@@ -368,6 +384,9 @@ class _Finisher:
             complete=not self.problems,
             problems=self.problems,
         )
+        if self.w._tasks:
+            doc = self._tasks_doc()
+            manifest["tasks"] = {"digest": doc["digest"], "counts": doc["counts"], "passed": doc["passed"]}
         self._json("run-manifest.json", manifest)
 
     def _target(self) -> Path:
