@@ -73,8 +73,29 @@ class _Outcome:
     error: BaseException | None = None
 
 
+def share_lanes(counts: dict[str, int], width: int) -> list[str]:
+    """The kind each of ``width`` lanes serves: every kind at least one, the rest by case count.
+
+    A lane keeps one case host per kind it serves, and a host's start (imports, a subject's
+    warm-up) costs CPU the cases then lack, so lanes are given to kinds rather than all to all.
+    """
+    kinds = sorted(k for k, n in counts.items() if n)
+    if not kinds:
+        return []
+    width = max(width, len(kinds))
+    shares = dict.fromkeys(kinds, 1)
+    for _ in range(width - len(kinds)):  # each further lane to the kind with most cases per lane
+        kind = max(kinds, key=lambda k: counts[k] / shares[k])
+        shares[kind] += 1
+    return [kind for kind in kinds for _ in range(shares[kind])]
+
+
 class Lanes:
-    """``width`` lanes working through ``cases`` (id -> (case, subject)) in order."""
+    """``width`` lanes working through ``cases`` ((node id, case, subject)) in catalog order.
+
+    Each lane serves one subject kind (:func:`share_lanes`); once its kind has nothing left it
+    takes cases of a kind whose lanes are all gone (a target that did not start).
+    """
 
     def __init__(
         self,
@@ -84,14 +105,16 @@ class Lanes:
         open_target: Any,
     ) -> None:
         self.settings = settings
-        self.width = width
         self._open_target = open_target  # () -> Target, the same settings as the process's own
-        self._queue = collections.deque(cases)
+        self._queues: dict[str, collections.deque[tuple[str, Case, Subject]]] = {}
+        for item in cases:
+            self._queues.setdefault(item[1].subject, collections.deque()).append(item)
+        self.kinds = share_lanes({k: len(q) for k, q in self._queues.items()}, width)
+        self.width = len(self.kinds)
         self._outcomes = {key: _Outcome() for key, _, _ in cases}
         self._started: set[str] = set()
-        self._subjects = {case.subject: subject for _, case, subject in cases}
         self._lock = threading.Lock()
-        self._alive = 0
+        self._alive: dict[str, int] = dict.fromkeys(self._queues, 0)
         self._stopping = False
         self._threads: list[threading.Thread] = []
         self._closers: list[Any] = []
@@ -99,12 +122,13 @@ class Lanes:
         self.problems: list[str] = []
 
     def start(self) -> None:
-        """Start the lanes; each opens its target and warms its hosts before its first case."""
+        """Start the lanes; each opens its target and warms its host before its first case."""
         with self._lock:
-            self._alive = self.width
-        for number in range(self.width):
+            for kind in self.kinds:
+                self._alive[kind] += 1
+        for number, kind in enumerate(self.kinds):
             thread = threading.Thread(
-                target=self._lane, args=(number,), name=f"pytest-e2b-env-lane-{number}", daemon=True
+                target=self._lane, args=(number, kind), name=f"pytest-e2b-env-lane-{number}", daemon=True
             )
             self._threads.append(thread)
             thread.start()
@@ -118,9 +142,10 @@ class Lanes:
         outcome = self._outcomes[key]
         while not outcome.done.wait(0.5):
             with self._lock:
-                if key not in self._started and (self._alive == 0 or self._stopping):
+                if key not in self._started and (not any(self._alive.values()) or self._stopping):
                     # every lane is gone (or the run stops): no lane will take it
-                    self._queue = collections.deque(c for c in self._queue if c[0] != key)
+                    for kind, queue in self._queues.items():
+                        self._queues[kind] = collections.deque(c for c in queue if c[0] != key)
                     return None
         if outcome.error is not None:
             raise outcome.error
@@ -130,7 +155,8 @@ class Lanes:
         """Start no further case (``-x``, Ctrl-C, a stopped session); running ones finish."""
         with self._lock:
             self._stopping = True
-            self._queue.clear()
+            for queue in self._queues.values():
+                queue.clear()
 
     def close(self) -> None:
         """Stop, wait for the running cases, then release every lane's hosts and target."""
@@ -143,20 +169,30 @@ class Lanes:
         self._closers.clear()
 
     # ------------------------------------------------------------------ one lane
-    def _next(self) -> tuple[str, Case, Subject] | None:
+    def _next(self, kind: str, hosted: set[str]) -> tuple[str, Case, Subject] | None:
         with self._lock:
-            if self._stopping or not self._queue:
+            if self._stopping:
                 return None
-            item = self._queue.popleft()
+            queue = self._queues[kind]
+            if not queue:
+                # Its own kind is done: help a kind no lane serves any more, or one it already
+                # hosts; starting a host for a few cases would cost more CPU than it saves.
+                others = [
+                    k for k in sorted(self._queues) if self._queues[k] and (k in hosted or not self._alive[k])
+                ]
+                if not others:
+                    return None
+                queue = self._queues[others[0]]
+            item = queue.popleft()
             self._started.add(item[0])
             return item
 
-    def _lane(self, number: int) -> None:
+    def _lane(self, number: int, kind: str) -> None:
         try:
             target = self._open_target()
         except Exception as exc:
             with self._lock:
-                self._alive -= 1
+                self._alive[kind] -= 1
                 self.problems.append(f"lane {number} did not start: {type(exc).__name__}: {str(exc)[:200]}")
             return
         hosts: dict[str, CaseHost] = {}
@@ -168,22 +204,29 @@ class Lanes:
                 target.sweep()
             target.close()
 
+        def host_of(subject: Subject, of: str) -> CaseHost:
+            if of not in hosts:
+                hosts[of] = host_for(target, subject, of, self.settings.contract_for(of))
+                with contextlib.suppress(Exception):  # imports and warm-up overlap the queue's wait
+                    hosts[of].start(warm_up=subject.contract.warm_up is not None)
+            return hosts[of]
+
         with self._lock:
             self._closers.append(release)
         try:
-            for kind, subject in sorted(self._subjects.items()):  # imports and warm-ups overlap cases
-                hosts[kind] = host_for(target, subject, kind, self.settings.contract_for(kind))
-                with contextlib.suppress(Exception):
-                    hosts[kind].start(warm_up=subject.contract.warm_up is not None)
-            while (item := self._next()) is not None:
+            own = self._queues[kind]
+            if own:
+                host_of(own[0][2], kind)
+            while (item := self._next(kind, set(hosts))) is not None:
                 key, case, subject = item
                 outcome = self._outcomes[key]
                 try:
-                    outcome.record = run_on(case, subject, self.settings, target, hosts[case.subject])
+                    host = host_of(subject, case.subject)
+                    outcome.record = run_on(case, subject, self.settings, target, host)
                 except BaseException as exc:  # handed to the item, which reports it as its own
                     outcome.error = exc
                 finally:
                     outcome.done.set()
         finally:
             with self._lock:
-                self._alive -= 1
+                self._alive[kind] -= 1

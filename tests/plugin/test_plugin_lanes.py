@@ -64,3 +64,20 @@ def test_a_bad_lane_count_is_a_usage_error_naming_it(pytester: pytest.Pytester, 
     result = pytester.runpytest("--e2b-lanes", value)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*--e2b-lanes={value!r} is not a number of lanes from 1 to 16*"])
+
+
+@pytest.mark.parametrize(
+    ("counts", "width", "kinds"),
+    [
+        ({"reward": 35, "episode": 25}, 4, ["episode", "episode", "reward", "reward"]),
+        ({"reward": 30, "episode": 10}, 4, ["episode", "reward", "reward", "reward"]),
+        ({"reward": 6}, 3, ["reward", "reward", "reward"]),
+        ({"reward": 5, "episode": 1}, 1, ["episode", "reward"]),  # each kind gets a lane
+        ({"reward": 0, "episode": 3}, 2, ["episode", "episode"]),
+    ],
+)
+def test_lanes_are_shared_by_kind_in_proportion(counts: dict[str, int], width: int, kinds: list[str]) -> None:
+    """A lane hosts one kind's subject, so lanes go to kinds by their case counts."""
+    from pytest_e2b_env.adapter.lanes import share_lanes
+
+    assert share_lanes(counts, width) == kinds
