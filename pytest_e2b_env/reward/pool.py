@@ -258,9 +258,9 @@ class RewardPool:
             self._poison(exc, first)
             assert self._failure is not None
             raise self._failure from first
-        for i, exc in masked.items():
+        for i, lost in masked.items():
             record = CandidateRecord(i, None, "masked", "infrastructure failed twice", attempts=2)
-            record.failure_kind, record.errors = exc.failure_kind, exc.errors
+            record.failure_kind, record.errors = lost.failure_kind, lost.errors
             self._commit(record)
 
     async def close(self) -> None:
