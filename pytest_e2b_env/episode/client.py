@@ -215,9 +215,13 @@ class ReportEpisode:
     # ------------------------------------------------------------------ internals
 
     def _masks(self, fatal: dict[str, Any]) -> bool:
-        """Whether this failure may be masked: the policy says so and it is not a cleanup failure."""
+        """Whether this failure may be masked: the policy says so; never cleanup failures or refusals."""
         check_policy(self.on_infrastructure, self.mask_budget, self.mask_consecutive)
-        return self.on_infrastructure == "mask" and fatal.get("type") != "CleanupError"
+        return (
+            self.on_infrastructure == "mask"
+            and fatal.get("type") != "CleanupError"
+            and fatal.get("kind") != "refused"
+        )
 
     def _admit(self, *, masked: bool) -> None:
         """Charge one episode to the class's mask budget (masking classes only)."""
