@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -76,6 +77,27 @@ def test_episode_infrastructure_case_in_both_policies(target: Target, case_id: s
     if policy == "mask" and EPISODE[case_id][1] is None:
         assert record.observed["alive_at_reward"] == {"0": []}
         assert fresh.mask_metrics()["masked"] == 1
+
+
+SAMPLES = Path(__file__).resolve().parents[2] / "fixtures" / "subjects"
+
+
+@pytest.mark.parametrize(
+    ("spec", "case_id", "status", "returned"),
+    [
+        ("baseline_reward_mask:make_reward", "reward-mask-per-completion", "passed", [1.0, None, 0.0]),
+        ("baseline_reward_mask:make_reward", "reward-mask-budget", "passed", "raises"),
+        ("reward_mask_over_budget_zero:factory", "reward-mask-budget", "failed", [0.0, 0.0, 0.0]),
+    ],
+)
+def test_third_party_masking_sample_passes_and_zeroing_one_fails(
+    target: Target, monkeypatch: pytest.MonkeyPatch, spec: str, case_id: str, status: str, returned: Any
+) -> None:
+    """A third-party reward that masks per completion passes; turning an outage into 0.0 fails."""
+    monkeypatch.syspath_prepend(str(SAMPLES))
+    record = run_case(CASES[case_id], load_subject(spec, "reward"), target)
+    assert record.status == status, record.reason
+    assert _outcome(record, "reward") == returned
 
 
 def test_a_number_where_the_case_says_masked_fails() -> None:
