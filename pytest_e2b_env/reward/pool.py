@@ -198,6 +198,7 @@ class RewardPool:
         started = time.monotonic()
         batch = validate_batch(completions, test_cases)
         scores: list[float | None] = [0.0] * len(completions)
+        masked: dict[int, _LostCandidate] = {}
         jobs: dict[int, asyncio.Task[CandidateRecord]] = {}
         for i, completion in enumerate(completions):
             extracted = extract_code(completion)
@@ -233,20 +234,20 @@ class RewardPool:
                 assert self._failure is not None
                 raise self._failure
             masked = {i: r for i, r in zip(jobs, results, strict=True) if isinstance(r, _LostCandidate)}
-            if masking:
-                self._admit(len(completions), masked)
             for i, result in zip(jobs, results, strict=True):
                 if isinstance(result, CandidateRecord):
                     scores[i] = result.score
                 else:
                     scores[i] = None  # TRL's unscorable: out of the baseline, zero advantage
-        elif self.on_infrastructure == "mask":
-            self._admit(len(completions), {})
         self._check_usable()  # a heartbeat failure meanwhile means these scores are not trusted
+        if self.on_infrastructure == "mask":
+            self._admit(len(completions), masked)
         log_metric = kwargs.get("log_metric")
         if callable(log_metric):
             log_metric("e2b/reward_seconds", time.monotonic() - started)
             log_metric("e2b/worker_seconds_estimate", self.metrics["worker_seconds_estimate"])
+            if self.on_infrastructure == "mask":
+                log_metric("e2b/masked", len(masked))  # in TRL's log history, per step
         return scores
 
     def _admit(self, size: int, masked: dict[int, _LostCandidate]) -> None:

@@ -167,6 +167,7 @@ def test_mask_policy_trains_on_with_zero_advantage_for_masked_completions(
     first = next(h for h in trainer.state.log_history if "reward" in h)
     scored_first = [r for r in logged[0]["rewards"] if not math.isnan(r)]
     assert first["reward"] == pytest.approx(sum(scored_first) / len(scored_first))
+    assert first["e2b/masked"] == sum(1 for step, _ in masked if step == 0)  # the pool's log_metric
     # The healthy completions trained the model.
     after = dict(trainer.model.named_parameters())
     assert any(not bool((after[n].detach() == p).all()) for n, p in before.items())
