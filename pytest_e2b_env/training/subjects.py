@@ -244,6 +244,11 @@ class EpisodeSubject:
                 calls = [("terminal", {"command": c}, env.terminal(command=c)) for c in commands]
                 calls.append(("submit", {}, env.submit()))
                 reward = env.get_reward()
+                if reward is None:  # masked: the preflight proves the environment, it never masks
+                    raise InfrastructureError(
+                        f"preflight: the {label} script of task {task_id!r} hit an infrastructure "
+                        "failure (its reward was masked); fix the sandbox backend before training"
+                    )
                 receipts.append(
                     {"task": task_id, "script": label, "reward": reward, "tool_calls": len(calls)}
                 )
