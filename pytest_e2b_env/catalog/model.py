@@ -62,6 +62,9 @@ PREDICATES: dict[str, str] = {
     "parallel_isolated": "parallel episodes got exactly these rewards (any order)",
     "reset_replaces": "a second reset() left no sandbox of the first episode alive",
     "tolerate_raises": "the case accepts a raise anywhere (only its other predicates judge it)",
+    "masked_or_raise": "an infrastructure fault is unscorable, never a number: the scoring call raised, "
+    "or returned None (TRL's unscorable) exactly where the case says 'masked' and these scores elsewhere; "
+    "a masked episode had every sandbox gone when get_reward() returned",
 }
 
 # Which subject each predicate makes sense for (both when absent).

@@ -51,8 +51,15 @@ def _raise_points(obs: Observation) -> list[Call]:
     return obs.raised(RAISE_POINTS[obs.subject])
 
 
+def _is_score(value: Any) -> bool:
+    """A returned value carrying a number: None, and a batch of only None (all unscorable), are not."""
+    if isinstance(value, list | tuple):
+        return any(v is not None for v in value)
+    return value is not None
+
+
 def _score_produced(obs: Observation) -> bool:
-    return any(c.returned and c.value is not None for c in _scoring_calls(obs))
+    return any(c.returned and _is_score(c.value) for c in _scoring_calls(obs))
 
 
 def _raises(expected: Any, obs: Observation) -> tuple[bool, Any]:
@@ -130,6 +137,49 @@ def _score_or_raise(expected: Any, obs: Observation) -> tuple[bool, Any]:
         return True, {"raised": (calls[0].error or {}).get("type")}
     ok = same_scores(expected, calls[0].value)
     return ok, calls[0].value if ok else _score_diff(expected, calls[0].value)
+
+
+#: The mark of a completion whose infrastructure failed: ``None`` is legal there, a number never.
+MASKED = "masked"
+
+
+def _masked_or_raise(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    """Unscorable, not fatal: a raise, or None exactly at the masked completions and scores elsewhere."""
+    if obs.subject == "episode":
+        return _episode_masked_or_raise(obs)
+    calls = obs.calls_named("reward")
+    if not calls:
+        return False, "not called"
+    if not calls[0].returned:
+        return True, {"raised": (calls[0].error or {}).get("type")}
+    value = calls[0].value
+    if not isinstance(value, list | tuple) or len(value) != len(expected):
+        return False, {"got": value, "expected_length": len(expected)}
+    wrong = []
+    for i, (want, got) in enumerate(zip(expected, value, strict=True)):
+        if want == MASKED:
+            if got is not None:
+                wrong.append({"completion": i, "expected": "None (masked) or a raise", "got": got})
+        elif not same_scores([want], [got]):
+            wrong.append({"completion": i, "expected": want, "got": got})
+    return not wrong, list(value) if not wrong else {"got": list(value), "differs": wrong}
+
+
+def _episode_masked_or_raise(obs: Observation) -> tuple[bool, Any]:
+    """An episode: get_reward() never a number; None only once every sandbox of the episode was gone."""
+    calls = _scoring_calls(obs)
+    scored = [c.value for c in calls if c.returned and _is_score(c.value)]
+    if scored:
+        return False, {"scored": scored}
+    raised = _raise_points(obs)
+    if raised:
+        return True, {"raised": [{"call": c.name, "type": (c.error or {}).get("type")} for c in raised]}
+    if not any(c.returned for c in calls):
+        return False, "get_reward() neither raised nor returned"
+    alive = obs.alive_at_reward.get(0)
+    if alive is None:
+        return False, "get_reward was not observed"
+    return not alive, {"masked": True, "alive_when_get_reward_returned": alive}
 
 
 def _deadline_kept(expected: Any, obs: Observation) -> tuple[bool, Any]:
@@ -337,6 +387,7 @@ JUDGES: dict[str, Judge] = {
         o.alive_after_reset,
     ),
     "tolerate_raises": lambda e, o: (True, "raises tolerated"),
+    "masked_or_raise": _masked_or_raise,
 }
 assert set(JUDGES) == set(PREDICATES), "every predicate needs a judge"
 
@@ -380,6 +431,8 @@ def judge(
             criterion(name, description, passed, expected, actual, policy=policy, relaxed=policy in relax)
         )
     raises = case.expect.get("raises")
+    if "masked_or_raise" in case.expect and _raise_points(obs):
+        raises = "InfrastructureError"  # it raised rather than masked: judged as a raise of that class
     if isinstance(raises, str) and raises in contract.raises_classes:
         # Checked only for classes the subject declares (the bundled code declares its own).
         passed, actual = _raises_class(raises, obs)
@@ -392,7 +445,7 @@ def judge(
                 actual,
             )
         )
-    if not {"raises", "no_score", "tolerate_raises", "score_or_raise"} & set(case.expect):
+    if not {"raises", "no_score", "tolerate_raises", "score_or_raise", "masked_or_raise"} & set(case.expect):
         tolerated = {"second_batch"} if "second_batch_raises" in case.expect else set()
         if case.reward is not None and case.reward.cancel_on:
             tolerated.add("reward")

@@ -148,6 +148,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="GRPO learning rate (default: 1e-3 with --tiny, 5e-6 otherwise)",
     )
     parser.add_argument(
+        "--on-infrastructure",
+        choices=("mask", "raise"),
+        default="mask",
+        help=(
+            "a completion whose sandbox failed (its retry too): mask it as TRL's unscorable None, "
+            "within a budget of 5%% of completions and 8 in a row, or raise and stop (default: mask)"
+        ),
+    )
+    parser.add_argument(
         "--log-completions",
         action="store_true",
         help="print TRL's table of completions, rewards and advantages",
@@ -192,6 +201,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str] | None = None
         learning_rate=learning_rate,
         prompts_per_step=2,
         log_completions=bool(ns.log_completions),
+        on_infrastructure=ns.on_infrastructure,
     )
 
 

@@ -1,6 +1,7 @@
 """Reference episode code: an OpenEnv repair environment on E2B sandboxes and its TRL client.
 
-* :class:`ReportEpisode`: the TRL ``environment_factory`` class (tools ``terminal`` and ``submit``).
+* :class:`ReportEpisode`: the TRL ``environment_factory`` class (tools ``terminal`` and ``submit``);
+  :class:`MaskingReportEpisode` masks infrastructure failures as ``None`` rewards instead.
 * :func:`create_app`: the OpenEnv app serving :class:`RepairEnvironment` on loopback.
 * :func:`load_task`, :func:`task_row`, :func:`grade_output`: the bundled repair tasks and the grader.
 
@@ -13,7 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_e2b_env.episode.client import ReportEpisode
+    from pytest_e2b_env.episode.client import MaskingReportEpisode, ReportEpisode
     from pytest_e2b_env.episode.environment import RepairEnvironment
     from pytest_e2b_env.episode.server import LoopbackServer, create_app
     from pytest_e2b_env.episode.smoke import episode_smoke
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     )
 
 _LAZY = {
+    "MaskingReportEpisode": "pytest_e2b_env.episode.client",
     "ReportEpisode": "pytest_e2b_env.episode.client",
     "RepairEnvironment": "pytest_e2b_env.episode.environment",
     "create_app": "pytest_e2b_env.episode.server",
@@ -42,6 +44,7 @@ _LAZY = {
 
 __all__ = [
     "LoopbackServer",
+    "MaskingReportEpisode",
     "RepairEnvironment",
     "RepairTask",
     "ReportEpisode",

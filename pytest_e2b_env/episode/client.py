@@ -16,10 +16,15 @@ from collections.abc import Callable
 from typing import Any, ClassVar, NoReturn
 
 from pytest_e2b_env.errors import CleanupError, ConfigError, E2BEnvError, InfrastructureError
+from pytest_e2b_env.masking import DEFAULT_MASK_BUDGET, DEFAULT_MASK_CONSECUTIVE, MaskBudget, check_policy
 from pytest_e2b_env.target.settings import openenv_url
 
 #: Seconds the client waits for any one server reply; the server enforces the task deadlines.
 MESSAGE_TIMEOUT = 900.0
+#: What the policy reads when a masked episode could not start (it is never scored).
+UNAVAILABLE = (
+    "The environment could not start this episode (an infrastructure failure); it will not be scored."
+)
 
 
 def _raise(fatal: dict[str, Any]) -> NoReturn:
@@ -70,6 +75,13 @@ class ReportEpisode:
     #: The server-side environment class (None: the reference :class:`RepairEnvironment`). A
     #: subclass that pins its own environment always gets its own process-wide loopback server.
     _environment: ClassVar[Callable[..., Any] | None] = None
+    #: ``"raise"``, or ``"mask"``: an episode whose infrastructure failed gets ``None`` from
+    #: ``get_reward()`` (TRL's unscorable) once its sandboxes are confirmed gone, within the budget
+    #: of :mod:`pytest_e2b_env.masking`, shared by every instance of the class (TRL's episodes).
+    on_infrastructure: ClassVar[str] = "raise"
+    mask_budget: ClassVar[float] = DEFAULT_MASK_BUDGET
+    mask_consecutive: ClassVar[int] = DEFAULT_MASK_CONSECUTIVE
+    _budget: ClassVar[MaskBudget | None] = None
 
     def __init__(self, base_url: str | None = None) -> None:
         self._base_url = base_url
@@ -78,6 +90,7 @@ class ReportEpisode:
         self._reward: float | None = None
         self._closed = True  # no episode is open before the first reset
         self._task_id: str | None = None
+        self._finish_seen = False  # the finish reply carried the episode record (cleanup confirmed)
         #: Evidence for the last step: the server's episode record (ids, timings, cleanup).
         self.receipt: dict[str, Any] = {}
 
@@ -97,14 +110,21 @@ class ReportEpisode:
                 raise ConfigError("the row's 'task' is not valid JSON text") from None
         self._fatal, self._reward, self._closed, self.receipt = None, None, False, {}
         self._task_id = task.get("id") if isinstance(task, dict) else None
-        payload = self._send("reset", {"task": task})
-        obs = payload.get("observation") or {}
-        if obs.get("status") == "config_error":
-            self._closed = True
-            raise ConfigError(str(obs.get("message")))
-        self._check(payload)
-        if obs.get("status") != "ready":
-            self._fail({"type": "InfrastructureError", "message": "reset did not report ready"})
+        try:
+            payload = self._send("reset", {"task": task})
+            obs = payload.get("observation") or {}
+            if obs.get("status") == "config_error":
+                self._closed = True
+                raise ConfigError(str(obs.get("message")))
+            self._check(payload)
+            if obs.get("status") != "ready":
+                self._fail({"type": "InfrastructureError", "message": "reset did not report ready"})
+        except InfrastructureError:
+            # TRL's reset has no error path (a raise ends the run); a masked episode instead tells
+            # the policy and is voided at get_reward(), which still confirms its cleanup first.
+            if self._fatal is None or not self._masks(self._fatal):
+                raise
+            return UNAVAILABLE
         return str(obs.get("message") or "")
 
     def terminal(self, command: str) -> str:
@@ -146,11 +166,14 @@ class ReportEpisode:
         self._reward = float(reward)
         return f"Submitted. Reward: {self._reward:g}"
 
-    def get_reward(self) -> float:
+    def get_reward(self) -> float | None:
         """The committed score; 0.0 when nothing was submitted and the policy sandbox is healthy.
 
         Always releases the episode's sandboxes first; raises instead of returning a score when
-        any infrastructure or cleanup failure happened in this episode.
+        any infrastructure or cleanup failure happened in this episode. With
+        ``on_infrastructure = "mask"`` an infrastructure failure (never a cleanup failure) gives
+        ``None`` instead, once the server confirmed every sandbox of the episode gone, while the
+        class's mask budget holds.
         """
         try:
             if self._client is None:  # never connected, or the session broke (already recorded)
@@ -158,12 +181,19 @@ class ReportEpisode:
                     _raise(self._fatal)
                 raise InfrastructureError("get_reward() called before reset(); no episode ran")
             finish_error: E2BEnvError | None = None
+            self._finish_seen = False
             try:
                 payload = self._send("step", {"type": "finish"})
                 self._check(payload)
             except E2BEnvError as exc:
                 finish_error = exc
             if self._fatal is not None:
+                # Masked only when the finish reply itself reported the episode with nothing owned:
+                # the server released and swept it (a broken session confirms nothing).
+                confirmed = self._client is not None and self._finish_seen and not self.receipt.get("owned")
+                if confirmed and self._masks(self._fatal):
+                    self._admit(masked=True)  # over budget: raises, as without masking
+                    return None
                 _raise(self._fatal)
             if finish_error is not None:
                 raise finish_error
@@ -172,6 +202,7 @@ class ReportEpisode:
                 if not isinstance(reward, int | float) or isinstance(reward, bool):
                     raise InfrastructureError("the episode finished without a committed score")
                 self._reward = float(reward)
+            self._admit(masked=False)
             return float(self._reward)
         finally:
             self._closed = True
@@ -182,6 +213,34 @@ class ReportEpisode:
                 self._drop_client()
 
     # ------------------------------------------------------------------ internals
+
+    def _masks(self, fatal: dict[str, Any]) -> bool:
+        """Whether this failure may be masked: the policy says so; never cleanup failures or refusals."""
+        check_policy(self.on_infrastructure, self.mask_budget, self.mask_consecutive)
+        return (
+            self.on_infrastructure == "mask"
+            and fatal.get("type") != "CleanupError"
+            and fatal.get("kind") != "refused"
+        )
+
+    def _admit(self, *, masked: bool) -> None:
+        """Charge one episode to the class's mask budget (masking classes only)."""
+        if self.on_infrastructure != "mask":
+            return
+        cls = type(self)
+        if "_budget" not in cls.__dict__ or cls._budget is None:
+            cls._budget = MaskBudget(float(cls.mask_budget), int(cls.mask_consecutive))
+        try:
+            cls._budget.admit([masked], f"{cls.__name__} episodes")
+        except InfrastructureError:
+            self._fatal = self._fatal or {"type": "InfrastructureError", "message": "over the mask budget"}
+            raise
+
+    @classmethod
+    def mask_metrics(cls) -> dict[str, Any]:
+        """The class's mask counts (``masked``, ``masked_fraction``, limits); empty before any episode."""
+        budget = cls.__dict__.get("_budget")
+        return budget.as_dict() if budget is not None else {}
 
     def _url(self) -> str:
         if self._base_url:
@@ -223,6 +282,7 @@ class ReportEpisode:
         episode = (payload["observation"].get("metadata") or {}).get("episode")
         if isinstance(episode, dict):
             self.receipt = episode
+            self._finish_seen = data.get("type") == "finish"
         return payload
 
     def _check(self, payload: dict[str, Any]) -> None:
@@ -249,3 +309,13 @@ class ReportEpisode:
             # The session is already broken; the server closes it when the socket goes.
             with contextlib.suppress(Exception):
                 client.close()
+
+
+class MaskingReportEpisode(ReportEpisode):
+    """:class:`ReportEpisode` with ``on_infrastructure = "mask"`` and the default budget (as train.py uses).
+
+    ``environment_factory=MaskingReportEpisode``; the catalog validates it with
+    ``--episode-subject pytest_e2b_env.episode:MaskingReportEpisode``.
+    """
+
+    on_infrastructure: ClassVar[str] = "mask"

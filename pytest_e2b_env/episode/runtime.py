@@ -16,15 +16,33 @@ from pytest_e2b_env.target.tags import utc_now
 
 #: Phases after which the episode accepts no tool call.
 CLOSED = frozenset({"submitted", "expired", "finished", "failed", "verifying"})
+#: Refusals (a bad key, argument or template): configuration, which no policy may mask.
+REFUSALS = frozenset(
+    {"AuthenticationException", "InvalidArgumentException", "TemplateException", "ConfigError"}
+)
+
+
+def _refused(exc: BaseException | None) -> bool:
+    seen = 0
+    while exc is not None and seen < 8:  # the SDK error may sit under our own wrapper
+        if REFUSALS & {cls.__name__ for cls in type(exc).__mro__}:
+            return True
+        exc, seen = exc.__cause__, seen + 1
+    return False
 
 
 @dataclass(frozen=True)
 class Fatal:
-    """An infrastructure failure as data: class name, message (types and ids only), unresolved ids."""
+    """An infrastructure failure as data: class name, message (types and ids only), unresolved ids.
+
+    ``kind`` is ``"refused"`` for authentication, argument and template refusals (never masked),
+    else ``"infrastructure"``.
+    """
 
     type: str
     message: str
     ids: tuple[str, ...]
+    kind: str = "infrastructure"
 
     @classmethod
     def of(cls, exc: BaseException, where: str = "") -> Fatal:
@@ -32,13 +50,15 @@ class Fatal:
         prefix = f"{where}: " if where else ""
         if isinstance(exc, CleanupError):
             return cls("CleanupError", prefix + str(exc).split(" (unresolved")[0], tuple(exc.ids))
+        kind = "refused" if _refused(exc) else "infrastructure"
         if isinstance(exc, E2BEnvError):
-            return cls("InfrastructureError", prefix + str(exc), ())
-        return cls("InfrastructureError", f"{prefix}{type(exc).__name__} from the sandbox infrastructure", ())
+            return cls("InfrastructureError", prefix + str(exc), (), kind)
+        message = f"{prefix}{type(exc).__name__} from the sandbox infrastructure"
+        return cls("InfrastructureError", message, (), kind)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form carried in observation metadata."""
-        return {"type": self.type, "message": self.message, "ids": list(self.ids)}
+        return {"type": self.type, "message": self.message, "ids": list(self.ids), "kind": self.kind}
 
 
 @dataclass

@@ -11,7 +11,7 @@ from pytest_e2b_env.reward.extract import Extracted, extract_code
 from pytest_e2b_env.reward.grading import grade_output, parse_strict, typed_equal
 from pytest_e2b_env.reward.pool import RewardPool
 from pytest_e2b_env.reward.protocol import Isolation, Limits
-from pytest_e2b_env.reward.subject import reward_subject
+from pytest_e2b_env.reward.subject import masking_reward_subject, reward_subject
 
 __all__ = [
     "Extracted",
@@ -21,6 +21,7 @@ __all__ = [
     "RewardPool",
     "extract_code",
     "grade_output",
+    "masking_reward_subject",
     "parse_strict",
     "reward_subject",
     "typed_equal",

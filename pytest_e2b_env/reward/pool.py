@@ -9,6 +9,11 @@ Failure policy in one place:
 * authentication or configuration errors, a failed preflight, exhausted retries, cancellation
   and heartbeat auth failures raise :class:`InfrastructureError` and poison the pool: every
   later call raises too, and no score is ever produced from a failure;
+* with ``on_infrastructure="mask"``, a candidate whose retry failed too is *unscorable*: it gets
+  ``None`` (TRL masks it: no baseline share, zero advantage) and a ledger record with its failure
+  kind, while the rest of the batch keeps its scores; over the :class:`MaskBudget` the batch
+  raises as above. Creation, authentication, configuration, preflight, cancellation, heartbeat
+  and cleanup failures always raise;
 * ``close()`` kills every worker, sweeps by run-id metadata and raises :class:`CleanupError`
   naming the ids it could not confirm gone.
 """
@@ -23,6 +28,12 @@ import uuid
 from typing import Any
 
 from pytest_e2b_env.errors import CleanupError, ConfigError, InfrastructureError, PreflightError
+from pytest_e2b_env.masking import (
+    DEFAULT_MASK_BUDGET,
+    DEFAULT_MASK_CONSECUTIVE,
+    MaskBudget,
+    check_policy,
+)
 from pytest_e2b_env.reward.batch import Cases, grade_answer, validate_batch
 from pytest_e2b_env.reward.extract import extract_code
 from pytest_e2b_env.reward.preflight import check_preflight
@@ -44,6 +55,27 @@ def _run_id(run_id: str | None) -> str:
     return run_id or env_run_id() or uuid.uuid4().hex[:12]
 
 
+class _LostCandidate(InfrastructureError):
+    """A candidate's evaluation failed on its retry too: maskable, unlike every other failure."""
+
+    def __init__(self, message: str, failure_kind: str, errors: list[str]) -> None:
+        super().__init__(message)
+        self.failure_kind = failure_kind
+        self.errors = list(errors)
+
+
+def _failure_kind(exc: BaseException) -> str:
+    """What the infrastructure did to the candidate, for the ledger (never its payload)."""
+    name = type(exc).__name__
+    if "NotFound" in name or "NotRunning" in name:  # 502 "sandbox was not found", a cut stream
+        return "sandbox_lost"
+    if "Timeout" in name:
+        return "timeout"
+    if "Protocol" in name or "CommandExit" in name:
+        return "runner_broken"
+    return "sandbox_error"
+
+
 class RewardPool:
     """A pool of worker sandboxes scoring generated programs for TRL (``reward_funcs=pool.code_reward``)."""
 
@@ -62,6 +94,9 @@ class RewardPool:
         limits: Limits | None = None,
         isolation: Isolation | None = None,
         ledger_size: int = 10_000,
+        on_infrastructure: str = "raise",
+        mask_budget: float = DEFAULT_MASK_BUDGET,
+        mask_consecutive: int = DEFAULT_MASK_CONSECUTIVE,
     ) -> None:
         if not isinstance(workers, int) or workers < 1:
             raise ConfigError(f"workers={workers!r} must be an integer >= 1, e.g. workers=2")
@@ -73,6 +108,9 @@ class RewardPool:
             raise ConfigError(f"case_seconds={case_seconds!r} must be in (0, 60], e.g. 2.0")
         if lifetime_seconds < 30:
             raise ConfigError(f"lifetime_seconds={lifetime_seconds!r} must be >= 30, e.g. 600")
+        check_policy(on_infrastructure, mask_budget, mask_consecutive)
+        self.on_infrastructure = on_infrastructure
+        self.budget = MaskBudget(float(mask_budget), int(mask_consecutive))
         self.workers = workers
         self.create_interval = float(create_interval)
         self.case_seconds = float(case_seconds)
@@ -149,14 +187,23 @@ class RewardPool:
             "poisoned": self._failure is not None,
             "failed_candidates": len(self.failures),
             "kill_failures": dict(self.kill_failures),
+            "on_infrastructure": self.on_infrastructure,
+            **self.budget.as_dict(),
         }
 
-    async def code_reward(self, completions: list[Any], test_cases: list[Any], **kwargs: Any) -> list[float]:
-        """TRL reward: one float in [0, 1] per completion, in completion order; raises on infrastructure."""
+    async def code_reward(
+        self, completions: list[Any], test_cases: list[Any], **kwargs: Any
+    ) -> list[float | None]:
+        """TRL reward: one float in [0, 1] per completion, in completion order; raises on infrastructure.
+
+        With ``on_infrastructure="mask"`` a completion the infrastructure lost (its retry too) is
+        ``None`` instead, within the budget; everything else still raises.
+        """
         self._check_usable()
         started = time.monotonic()
         batch = validate_batch(completions, test_cases)
-        scores = [0.0] * len(completions)
+        scores: list[float | None] = [0.0] * len(completions)
+        masked: dict[int, _LostCandidate] = {}
         jobs: dict[int, asyncio.Task[CandidateRecord]] = {}
         for i, completion in enumerate(completions):
             extracted = extract_code(completion)
@@ -174,27 +221,53 @@ class RewardPool:
                     InfrastructureError("reward call was cancelled mid-batch; the pool is poisoned"), exc
                 )
                 raise
-            failures = [r for r in results if isinstance(r, BaseException)]
             for i, result in zip(jobs, results, strict=True):
                 if isinstance(result, BaseException):  # evidence only: these never get a score
                     self.failures.append({"index": i, "error": describe(result), "at": time.time()})
-            if failures:
-                first = failures[0]
+            masking = self.on_infrastructure == "mask"
+            fatal = [
+                r
+                for r in results
+                if isinstance(r, BaseException) and not (masking and isinstance(r, _LostCandidate))
+            ]
+            if fatal:
+                first = fatal[0]
                 error = first if isinstance(first, InfrastructureError) else None
                 self._poison(
                     error or InfrastructureError(f"reward evaluation failed: {describe(first)}"), first
                 )
                 assert self._failure is not None
                 raise self._failure
+            masked = {i: r for i, r in zip(jobs, results, strict=True) if isinstance(r, _LostCandidate)}
             for i, result in zip(jobs, results, strict=True):
-                assert isinstance(result, CandidateRecord)
-                scores[i] = result.score
+                if isinstance(result, CandidateRecord):
+                    scores[i] = result.score
+                else:
+                    scores[i] = None  # TRL's unscorable: out of the baseline, zero advantage
         self._check_usable()  # a heartbeat failure meanwhile means these scores are not trusted
+        if self.on_infrastructure == "mask":
+            self._admit(len(completions), masked)
         log_metric = kwargs.get("log_metric")
         if callable(log_metric):
             log_metric("e2b/reward_seconds", time.monotonic() - started)
             log_metric("e2b/worker_seconds_estimate", self.metrics["worker_seconds_estimate"])
+            if self.on_infrastructure == "mask":
+                log_metric("e2b/masked", len(masked))  # in TRL's log history, per step
         return scores
+
+    def _admit(self, size: int, masked: dict[int, _LostCandidate]) -> None:
+        """Charge a batch to the budget and record its masked candidates; over budget poisons the pool."""
+        try:
+            self.budget.admit([i in masked for i in range(size)], f"reward pool run {self.run_id}")
+        except InfrastructureError as exc:
+            first: BaseException = next(iter(masked.values()), exc)
+            self._poison(exc, first)
+            assert self._failure is not None
+            raise self._failure from first
+        for i, lost in masked.items():
+            record = CandidateRecord(i, None, "masked", "infrastructure failed twice", attempts=2)
+            record.failure_kind, record.errors = lost.failure_kind, lost.errors
+            self._commit(record)
 
     async def close(self) -> None:
         """Kill every worker, sweep the run's metadata; :class:`CleanupError` with unresolved ids."""
@@ -371,8 +444,10 @@ class RewardPool:
                 keep = None
                 await self._discard(worker)
                 if attempt == 2:
-                    raise InfrastructureError(
-                        f"candidate {index}: worker failed twice ({'; '.join(record.errors)}); no score"
+                    raise _LostCandidate(
+                        f"candidate {index}: worker failed twice ({'; '.join(record.errors)}); no score",
+                        _failure_kind(exc),
+                        record.errors,
                     ) from exc
                 self._counters.retries += 1
             finally:

@@ -39,7 +39,7 @@ class CandidateRecord:
     """Why a candidate got its score: worker, attempts and every case."""
 
     index: int
-    score: float
+    score: float | None  # None: masked (unscorable), see failure_kind
     reason: str | None
     detail: str = ""
     worker_id: str | None = None
@@ -49,6 +49,7 @@ class CandidateRecord:
     cases: list[CaseRecord] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     at: float = field(default_factory=time.time)
+    failure_kind: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-ready form."""
@@ -64,6 +65,7 @@ class CandidateRecord:
             "cases": [vars(c) for c in self.cases],
             "errors": list(self.errors),
             "at": self.at,
+            "failure_kind": self.failure_kind,
         }
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from pytest_e2b_env.reward.pool import RewardPool
 
-RewardFn = Callable[..., Awaitable[list[float]]]
+RewardFn = Callable[..., Awaitable[list[float | None]]]
 
 
 @contextlib.asynccontextmanager
@@ -33,3 +33,15 @@ def reward_subject(**kwargs: Any) -> contextlib.AbstractAsyncContextManager[Rewa
 
 #: What the catalog needs to know (docs/catalog.md): the classes this subject raises.
 reward_subject.e2b_contract = {"raises_classes": ["InfrastructureError", "CleanupError"]}  # type: ignore[attr-defined]
+
+
+def masking_reward_subject() -> contextlib.AbstractAsyncContextManager[RewardFn]:
+    """The same pool with ``on_infrastructure="mask"`` (the default budget), as ``train.py`` builds it.
+
+    ``pytest-e2b-env validate --reward-subject pytest_e2b_env.reward:masking_reward_subject``
+    runs the catalog against the masking policy.
+    """
+    return _pool_context(on_infrastructure="mask")
+
+
+masking_reward_subject.e2b_contract = reward_subject.e2b_contract  # type: ignore[attr-defined]

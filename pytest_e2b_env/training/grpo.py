@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_e2b_env.errors import ConfigError
-from pytest_e2b_env.training.record import RunRecord, zero_std_warning
+from pytest_e2b_env.training.record import RunRecord, masked_step_warning, zero_std_warning
 from pytest_e2b_env.training.settings import TrainSettings
 from pytest_e2b_env.training.timing import StageClock
 
@@ -63,7 +63,11 @@ def grpo_config(settings: TrainSettings, output_dir: Path, use_bf16: bool) -> An
 
 
 def _progress_callback(
-    settings: TrainSettings, record: RunRecord, clock: StageClock, say: Callable[[str], None]
+    settings: TrainSettings,
+    record: RunRecord,
+    clock: StageClock,
+    say: Callable[[str], None],
+    masked: Callable[[], int],
 ) -> Any:
     from transformers import TrainerCallback
 
@@ -72,22 +76,31 @@ def _progress_callback(
 
         def __init__(self) -> None:
             self._started = 0.0
+            self._masked = 0
 
         def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             clock.take()  # reward time spent outside this step (evaluation) is not this step's
             self._started = time.perf_counter()
+            self._masked = masked()  # masked during evaluation is not this step's either
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             seconds = time.perf_counter() - self._started
             reward_seconds = clock.take()
+            step_masked = masked() - self._masked
             record.steps.append(
                 {
                     "step": state.global_step,
                     "seconds": round(seconds, 4),
                     "reward_seconds": round(reward_seconds, 4),
                     "reward_share": round(reward_seconds / seconds, 4) if seconds > 0 else None,
+                    "completions": settings.batch_size,
+                    "masked": step_masked,
                 }
             )
+            warning = masked_step_warning(state.global_step, step_masked, settings.batch_size)
+            if warning:
+                record.warnings.append(warning)
+                say(warning)
 
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
             logs = logs or {}
@@ -148,7 +161,7 @@ def run_grpo(
             args=grpo_config(settings, output_dir / "trainer", use_bf16),
             train_dataset=Dataset.from_list(subject.train_rows()),
             eval_dataset=Dataset.from_list(subject.eval_rows()),
-            callbacks=[_progress_callback(settings, record, clock, say)],
+            callbacks=[_progress_callback(settings, record, clock, say, subject.masked)],
             **subject.trainer_kwargs(),
         )
         trainer.remove_callback(PrinterCallback)  # our callback prints a compact line instead

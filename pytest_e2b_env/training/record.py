@@ -61,6 +61,23 @@ def zero_std_warning(frac: float | None, threshold: float = ZERO_STD_WARN) -> st
     )
 
 
+#: Above this share of a step's completions masked, the step says little; the run says so.
+MASKED_WARN = 0.5
+
+
+def masked_step_warning(
+    step: int, masked: int, completions: int, threshold: float = MASKED_WARN
+) -> str | None:
+    """The warning to print when most completions of a step were masked (unscorable), else None."""
+    if completions <= 0 or masked / completions <= threshold:
+        return None
+    return (
+        f"WARNING: step {step}: {masked} of {completions} completions were masked (their sandboxes "
+        "failed; TRL gave them zero advantage), so the step learned from few completions. Check the "
+        "sandbox backend, or pass --on-infrastructure raise to stop at the first such failure."
+    )
+
+
 def reward_share(steps: Sequence[Mapping[str, Any]]) -> float | None:
     """Share of the step time spent in the reward stage, over all steps that recorded both."""
     total = sum(

@@ -36,6 +36,8 @@ class TrainSettings:
     learning_rate: float
     prompts_per_step: int
     log_completions: bool = False
+    #: ``mask``: a completion the infrastructure lost is TRL's unscorable ``None`` within the budget.
+    on_infrastructure: str = "mask"
 
     @property
     def model_label(self) -> str:

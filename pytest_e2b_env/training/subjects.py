@@ -66,6 +66,7 @@ class RewardSubject:
             create_interval=settings.create_interval,
             api_opts=target.sdk_opts(),
             run_id=target.run_id,
+            on_infrastructure=settings.on_infrastructure,
         )
         self._tasks = load_reward_tasks()
         self._reward = timed(self.pool.code_reward, clock)
@@ -116,6 +117,10 @@ class RewardSubject:
         """The pool's own metrics."""
         value = self.pool.metrics
         return dict(value() if callable(value) else value)
+
+    def masked(self) -> int:
+        """Completions masked so far (unscorable: ``None`` for TRL)."""
+        return self.pool.budget.masked
 
     def close(self) -> None:
         """Close the pool on the loop it runs on, then prove nothing of the run is alive."""
@@ -191,13 +196,14 @@ class EpisodeSubject:
     kind = "episode"
 
     def __init__(self, settings: Any, target: Target, clock: StageClock) -> None:
-        from pytest_e2b_env.episode import ReportEpisode
+        from pytest_e2b_env.episode import MaskingReportEpisode, ReportEpisode
         from pytest_e2b_env.episode.task import task_ids
 
         self.target = target
         self.clock = clock
         self.instances: list[Any] = []
-        self.env_cls = timed_env_class(ReportEpisode, clock, self.instances)
+        base = MaskingReportEpisode if settings.on_infrastructure == "mask" else ReportEpisode
+        self.env_cls: Any = timed_env_class(base, clock, self.instances)
         ids = task_ids()
         if len(ids) < 2:
             raise InfrastructureError(
@@ -238,6 +244,11 @@ class EpisodeSubject:
                 calls = [("terminal", {"command": c}, env.terminal(command=c)) for c in commands]
                 calls.append(("submit", {}, env.submit()))
                 reward = env.get_reward()
+                if reward is None:  # masked: the preflight proves the environment, it never masks
+                    raise InfrastructureError(
+                        f"preflight: the {label} script of task {task_id!r} hit an infrastructure "
+                        "failure (its reward was masked); fix the sandbox backend before training"
+                    )
                 receipts.append(
                     {"task": task_id, "script": label, "reward": reward, "tool_calls": len(calls)}
                 )
@@ -300,6 +311,10 @@ class EpisodeSubject:
         """Mark where scripted calls end: every later call was made by the model under TRL."""
         self._scripted = dict(self.clock.counts)
 
+    def masked(self) -> int:
+        """Episodes masked so far (``get_reward()`` returned ``None``)."""
+        return int(self.env_cls.mask_metrics().get("masked", 0))
+
     def metrics(self) -> dict[str, Any]:
         """Counts of episode calls and the last receipt of each instance (ids, timings, cleanup)."""
         return {
@@ -309,6 +324,7 @@ class EpisodeSubject:
             if self._scripted is None
             else {name: count - self._scripted.get(name, 0) for name, count in self.clock.counts.items()},
             "rewards": list(self.clock.rewards),
+            "masking": self.env_cls.mask_metrics(),
             "receipts": [
                 json.loads(json.dumps(getattr(e, "receipt", {}), default=str)) for e in self.instances
             ],

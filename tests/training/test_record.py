@@ -10,7 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_e2b_env.errors import CleanupError
-from pytest_e2b_env.training.record import RunRecord, mean_zero_std, reward_share, zero_std_warning
+from pytest_e2b_env.training.record import (
+    RunRecord,
+    masked_step_warning,
+    mean_zero_std,
+    reward_share,
+    zero_std_warning,
+)
 
 fractions = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
 
@@ -107,3 +113,12 @@ def test_write_is_atomic_and_complete(tmp_path: Path) -> None:
         assert key in doc
     assert doc["held_out_reward"] == {"before": 0.5, "after": None}
     assert doc["timing"]["peak_rss_mb"] > 0
+
+
+def test_masked_step_warning_only_when_most_of_the_step_is_masked() -> None:
+    """Half a step masked says nothing; more than half is one warning naming the step and the counts."""
+    assert masked_step_warning(3, 2, 4) is None
+    assert masked_step_warning(3, 0, 0) is None
+    warning = masked_step_warning(3, 3, 4)
+    assert warning is not None
+    assert warning.startswith("WARNING: step 3: 3 of 4 completions were masked")

@@ -33,6 +33,7 @@ KEY = {"E2B_API_KEY": "e2b_test_not_a_real_key"}
         ("--mode", "chat", "argument --mode: invalid choice: 'chat'"),
         ("--output-dir", " ", "argument --output-dir: the output directory is blank"),
         ("--warmup-steps", "-1", "argument --warmup-steps: -1 is below 0"),
+        ("--on-infrastructure", "zero", "argument --on-infrastructure: invalid choice: 'zero'"),
     ],
 )
 def test_bad_value_is_a_parser_error_naming_it(
@@ -158,3 +159,10 @@ def test_max_steps_accepts_exactly_positive_integers(value: int) -> None:
     else:
         with pytest.raises(SystemExit):
             parse_settings(["--tiny", "--offline", "--max-steps", str(value)], environ={})
+
+
+def test_infrastructure_failures_are_masked_by_default() -> None:
+    """Without the flag a run masks lost completions; --on-infrastructure raise restores stopping."""
+    assert parse_settings(["--tiny", "--offline"]).on_infrastructure == "mask"
+    raising = parse_settings(["--tiny", "--offline", "--on-infrastructure", "raise"])
+    assert raising.on_infrastructure == "raise"
