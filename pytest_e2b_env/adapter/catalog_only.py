@@ -1,0 +1,47 @@
+"""The plugin object of one ``pytest-e2b-env validate`` run: which subjects, and nothing but the catalog.
+
+``validate`` runs pytest in the project with the project's own config; this object, registered
+for that run only, decides the subjects before the e2b plugin resolves its settings and keeps
+pytest from collecting (or importing) the project's own test files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+KINDS = ("reward", "episode")
+#: the bundled reference code, validated when no subject is named or configured anywhere
+REFERENCE = {
+    "reward": "pytest_e2b_env.reward:reward_subject",
+    "episode": "pytest_e2b_env.episode:ReportEpisode",
+}
+
+
+class CatalogOnly:
+    """pytest plugin of one ``validate`` run: decides the subjects and collects no test files."""
+
+    def __init__(self, named: dict[str, str | None], only: str) -> None:
+        self.named = named
+        self.only = only
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_configure(self, config: pytest.Config) -> None:
+        """Before the e2b plugin resolves its settings: set each subject option (named > ini > reference)."""
+        chosen = {kind: self.named[kind] or str(config.getini(f"e2b_{kind}_subject") or "") for kind in KINDS}
+        if not any(chosen.values()):
+            chosen = dict(REFERENCE)
+        kind = self.only
+        if kind != "all" and not chosen[kind]:
+            raise pytest.UsageError(
+                f"--subject {kind}: no {kind} subject is set; name one with --{kind}-subject "
+                f"MODULE:ATTR or set e2b_{kind}_subject in {config.inipath or 'your pytest config'}"
+            )
+        for other in KINDS:
+            keep = kind in ("all", other)
+            setattr(config.option, f"e2b_{other}_subject", chosen[other] if keep else "")
+
+    def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool:
+        """The project's own tests are not this command's job (and are not even imported)."""
+        return True
