@@ -30,6 +30,31 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(E2BEnvHookspecs)
 
 
+# Every ini key of the plugin: name -> parser.addini keyword arguments.
+INI_KEYS: dict[str, dict[str, Any]] = {
+    "e2b_live": {"type": "bool", "default": False, "help": "run against real E2B (like --e2b-live)"},
+    "e2b_evidence": {"default": "", "help": "evidence bundle directory (like --e2b-evidence)"},
+    "e2b_cases": {"default": "", "help": "case file or directory (like --e2b-cases)"},
+    "e2b_reward_subject": {"default": "", "help": "reward code under test, 'module:factory'"},
+    "e2b_episode_subject": {"default": "", "help": "episode class under test, 'module:EnvClass'"},
+    "e2b_episode_tools": {
+        "type": "linelist",
+        "default": [],
+        "help": "extra model tools your episode class declares",
+    },
+    "e2b_reward_contract": {"default": "", "help": "'module:attr' dict declaring your reward code's shape"},
+    "e2b_episode_contract": {
+        "default": "",
+        "help": "'module:attr' dict declaring your episode class's shape",
+    },
+    "e2b_relax": {
+        "default": "",
+        "help": "policy criteria to relax by name, comma separated (docs/catalog.md)",
+    },
+    "e2b_summary": {"default": "", "help": "Markdown summary file of the run (like --e2b-summary)"},
+}
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     """``--e2b-live``, ``--e2b-evidence``, ``--e2b-cases`` and their ini keys, plus the subjects."""
     group = parser.getgroup("e2b", "E2B environment validation (pytest-e2b-env)")
@@ -61,23 +86,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="e2b_run_id",
         help="run id stamped on every sandbox (metadata pytest_e2b_env_run); default: a fresh one",
     )
-    parser.addini("e2b_live", type="bool", default=False, help="run against real E2B (like --e2b-live)")
-    parser.addini("e2b_evidence", default="", help="evidence bundle directory (like --e2b-evidence)")
-    parser.addini("e2b_cases", default="", help="case file or directory (like --e2b-cases)")
-    parser.addini("e2b_reward_subject", default="", help="reward code under test, 'module:factory'")
-    parser.addini("e2b_episode_subject", default="", help="episode class under test, 'module:EnvClass'")
-    parser.addini(
-        "e2b_episode_tools", type="linelist", default=[], help="extra model tools your episode class declares"
+    for kind, form in (("reward", "MODULE:FACTORY"), ("episode", "MODULE:CLASS")):
+        group.addoption(
+            f"--e2b-{kind}-subject",
+            metavar=form,
+            default=None,
+            dest=f"e2b_{kind}_subject",
+            help=f"{kind} code under test (overrides the e2b_{kind}_subject ini key; '' unsets it)",
+        )
+    group.addoption(
+        "--e2b-summary",
+        metavar="PATH",
+        default=None,
+        dest="e2b_summary",
+        help="append a Markdown summary of the catalog run to PATH (default: $GITHUB_STEP_SUMMARY when set)",
     )
-    parser.addini(
-        "e2b_reward_contract", default="", help="'module:attr' dict declaring your reward code's shape"
-    )
-    parser.addini(
-        "e2b_episode_contract", default="", help="'module:attr' dict declaring your episode class's shape"
-    )
-    parser.addini(
-        "e2b_relax", default="", help="policy criteria to relax by name, comma separated (docs/catalog.md)"
-    )
+    for name, kwargs in INI_KEYS.items():
+        parser.addini(name, **kwargs)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -85,8 +110,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "e2b_live: needs real E2B; skipped unless --e2b-live is given")
     config.addinivalue_line("markers", "e2b_case(id): the catalog case an item runs")
     from pytest_e2b_env.adapter.items import Runtime, runtime_key, settings_key
-    from pytest_e2b_env.adapter.settings import resolve
+    from pytest_e2b_env.adapter.settings import check_ini_keys, resolve
 
+    check_ini_keys(config, INI_KEYS)
     settings = resolve(config)
     config.stash[settings_key] = settings
     config.stash[runtime_key] = Runtime(settings)
@@ -195,6 +221,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         from pytest_e2b_env.adapter.items import CaseItem, result_payload
 
         if isinstance(item, CaseItem):
+            if report.skipped and isinstance(report.longrepr, tuple):
+                # pytest.skip() would point at the plugin's code; the reader wants the case.
+                from pytest_e2b_env.adapter.report import case_location
+
+                report.longrepr = (*case_location(item.case), report.longrepr[2])
             payload = result_payload(item)
             if payload is not None:
                 report.e2b_case = payload
