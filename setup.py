@@ -23,8 +23,10 @@ def _data_packages() -> list[str]:
     for package, directory in DATA.items():
         root = here / directory
         for sub in sorted([root, *(p for p in root.rglob("*") if p.is_dir())]):
-            if sub.name != "__pycache__":
-                names.append(".".join([package, *sub.relative_to(root).parts]))
+            parts = sub.relative_to(root).parts
+            # caches (__pycache__, .ruff_cache, ...) are not data
+            if not any(part.startswith(".") or part == "__pycache__" for part in parts):
+                names.append(".".join([package, *parts]))
     return names
 
 

@@ -40,7 +40,7 @@ def test_summary_option_lists_failed_cases_with_reasons(pytester: pytest.Pyteste
 
 
 def test_manifest_and_index_pin_the_subject(project: pytest.Pytester) -> None:
-    """The bundle records the subject spec, its module file and a digest of its sources; index.html shows them."""
+    """The bundle records the subject spec, module file and source digest; index.html shows them."""
     project.runpytest("--e2b-evidence", "ev").assert_outcomes(passed=2)
     bundle = only_bundle(project.path / "ev")
     source = read_json(bundle / "run-manifest.json")["subject_sources"]["reward"]
@@ -100,3 +100,11 @@ def test_a_skipped_case_points_at_its_case_file(pytester: pytest.Pytester) -> No
     result = pytester.runpytest("--e2b-evidence", "ev", "-rs", "-k", "live")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["SKIPPED [1] mycases/live.toml:3: not runnable offline: needs real E2B"])
+
+
+def test_collect_only_writes_no_bundle(project: pytest.Pytester) -> None:
+    """--collect-only lists the cases (clean ids) and writes nothing under the evidence root."""
+    result = project.runpytest("--e2b-evidence", "ev", "--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["e2b-catalog::reward-tiny-correct", "e2b-catalog::reward-tiny-no-fence"])
+    assert not (project.path / "ev").exists()
