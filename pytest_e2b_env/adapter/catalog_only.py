@@ -11,14 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from pytest_e2b_env.adapter.fixtures import REFERENCE_EPISODE, REFERENCE_REWARD
 from pytest_e2b_env.extras import missing
 
 KINDS = ("reward", "episode")
 #: the bundled reference code, validated when no subject is named or configured anywhere
-REFERENCE = {
-    "reward": "pytest_e2b_env.reward:reward_subject",
-    "episode": "pytest_e2b_env.episode:ReportEpisode",
-}
+REFERENCE = {"reward": REFERENCE_REWARD, "episode": REFERENCE_EPISODE}
 
 
 class CatalogOnly:

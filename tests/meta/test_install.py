@@ -124,6 +124,17 @@ def test_fresh_venv_runs_the_catalog_from_the_wheel(work: Path, wheel: Path) -> 
     assert "-n 2 needs pytest-xdist, which is not installed: pip install pytest-xdist" in workers.stderr
     validated = run([cli, "validate", "-k", "auth", "-q", "--output", "validate-ev"], cwd=project, env=env)
     assert validated.returncode == 0, validated.stdout[-3000:] + validated.stderr[-3000:]
+    # The console script imports the package before pytest marks the wheel's modules for rewriting.
+    assert "PytestAssertRewriteWarning" not in validated.stdout + validated.stderr
+
+    empty = work / "empty"
+    empty.mkdir()
+    reference = run([cli, "validate", "-k", "auth"], cwd=empty, env=env)
+    assert reference.returncode == 0, reference.stdout[-3000:] + reference.stderr[-3000:]
+    assert "e2b subjects: reward=pytest_e2b_env.reward:reward_subject\n" in reference.stdout
+    episode_only = run([cli, "validate", "--subject", "episode"], cwd=empty, env=env)
+    assert episode_only.returncode == 2
+    assert "needs the [episode] extra" in episode_only.stderr
 
 
 def test_user_install_runs_the_catalog(work: Path, wheel: Path) -> None:
