@@ -95,6 +95,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             help=f"{kind} code under test (overrides the e2b_{kind}_subject ini key; '' unsets it)",
         )
     group.addoption(
+        "--e2b-catalog-only",
+        action="store_true",
+        default=False,
+        dest="e2b_catalog_only",
+        help="run only the catalog cases: collect (and import) none of the project's test files",
+    )
+    group.addoption(
         "--e2b-summary",
         metavar="PATH",
         default=None,
@@ -128,10 +135,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
-    """xdist: every worker stamps the controller's run id on its sandboxes."""
+    """xdist: every worker stamps the controller's run id on its sandboxes and runs its subjects."""
     from pytest_e2b_env.adapter.items import settings_key
 
-    node.workerinput["e2b_run_id"] = node.config.stash[settings_key].run_id
+    settings = node.config.stash[settings_key]
+    node.workerinput["e2b_run_id"] = settings.run_id
+    # Workers re-parse the command line only: the subjects the controller resolved travel with them.
+    node.workerinput["e2b_subjects"] = {
+        "reward": settings.reward_subject,
+        "episode": settings.episode_subject,
+    }
 
 
 def _runtime(config: pytest.Config) -> Runtime:
@@ -187,6 +200,11 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if subjects:
         lines.append(f"e2b subjects: {subjects}")
     return lines + [f"e2b: {line}" for line in runtime.stale_runs]
+
+
+def pytest_ignore_collect(collection_path: Any, config: pytest.Config) -> bool | None:
+    """--e2b-catalog-only: no test file is collected; the catalog items are added afterwards."""
+    return True if config.getoption("e2b_catalog_only") else None
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -158,8 +158,11 @@ def resolve(config: pytest.Config) -> Settings:
                     "give a .toml case file or a directory of them"
                 )
     subjects: dict[str, str | None] = {}
-    for key in ("e2b_reward_subject", "e2b_episode_subject"):
-        given = config.getoption(key, None)  # --e2b-reward-subject wins over the ini key, '' unsets it
+    workerinput = getattr(config, "workerinput", None)
+    from_controller = (workerinput or {}).get("e2b_subjects") or {}
+    for kind, key in (("reward", "e2b_reward_subject"), ("episode", "e2b_episode_subject")):
+        # --e2b-reward-subject wins over the ini key ('' unsets it); an xdist worker runs the controller's.
+        given = (from_controller.get(kind) or "") if from_controller else config.getoption(key, None)
         raw = str((config.getini(key) or "") if given is None else given).strip()
         subjects[key] = check_subject(key, raw) if raw else None
     if subjects["e2b_episode_subject"]:
@@ -189,7 +192,6 @@ def resolve(config: pytest.Config) -> Settings:
             raise pytest.UsageError(
                 f"e2b_episode_tools entry {tool!r} is not a tool name; list method names such as 'read_file'"
             )
-    workerinput = getattr(config, "workerinput", None)
     run_id = (
         workerinput.get("e2b_run_id")
         if workerinput and workerinput.get("e2b_run_id")

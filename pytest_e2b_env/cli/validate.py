@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def pytest_args(options: argparse.Namespace) -> list[str]:
     """The pytest command line; the project's config supplies everything not named here."""
-    args = ["-p", "no:cacheprovider"]
+    args = ["-p", "no:cacheprovider", "--e2b-catalog-only"]
     if options.output:
         args += ["--e2b-evidence", str(Path(options.output).resolve())]
     if options.cases:
@@ -137,9 +137,9 @@ def main(argv: list[str]) -> int:
         return USAGE
     import pytest
 
-    from pytest_e2b_env.adapter.catalog_only import CatalogOnly
+    from pytest_e2b_env.adapter.validate_subjects import ValidateSubjects
 
-    plugin = CatalogOnly(
+    plugin = ValidateSubjects(
         {"reward": options.reward_subject, "episode": options.episode_subject}, options.subject
     )
     try:

@@ -69,6 +69,21 @@ def test_validate_runs_the_projects_catalog_only(pytester: pytest.Pytester) -> N
     assert (pytester.path / "summary.md").read_text().startswith("## ✅ pytest-e2b-env: PASSED")
 
 
+def test_validate_on_xdist_workers_runs_the_controllers_subject(pytester: pytest.Pytester) -> None:
+    """-n 2: the workers run the subject validate chose and skip the project's test files too."""
+    write_project(pytester)
+    pytester.makepyfile(test_own="def test_own():\n    raise AssertionError('not validate\\'s job')\n")
+    result = _validate(pytester, "--reward-subject", "tinyreward:constant_reward", "-n", "2", "-q")
+    assert result.ret == 1, result.outlines[-20:]
+    result.stdout.fnmatch_lines(["*2 failed in*"])  # constant 1.0 scores fail both; test_own never ran
+    bundle = only_bundle(pytester.path / "e2b-evidence")
+    coverage = read_json(bundle / "coverage.json")
+    assert {c["id"]: c["status"] for c in coverage["cases"]} == {
+        "reward-tiny-correct": "failed",
+        "reward-tiny-no-fence": "failed",
+    }
+
+
 def test_validate_named_subject_runs_alone(pytester: pytest.Pytester) -> None:
     """--reward-subject replaces the configured one; a failing case exits 1."""
     write_project(pytester)

@@ -108,3 +108,10 @@ def test_collect_only_writes_no_bundle(project: pytest.Pytester) -> None:
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(["e2b-catalog::reward-tiny-correct", "e2b-catalog::reward-tiny-no-fence"])
     assert not (project.path / "ev").exists()
+
+
+def test_catalog_only_collects_no_test_file(project: pytest.Pytester) -> None:
+    """--e2b-catalog-only runs the cases and neither collects nor imports the project's test files."""
+    project.makepyfile(test_own="raise ImportError('a test file was imported')\n")
+    result = project.runpytest("--e2b-evidence", "ev", "--e2b-catalog-only")
+    result.assert_outcomes(passed=2)

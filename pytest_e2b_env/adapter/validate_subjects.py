@@ -1,13 +1,12 @@
-"""The plugin object of one ``pytest-e2b-env validate`` run: which subjects, and nothing but the catalog.
+"""The plugin object of one ``pytest-e2b-env validate`` run: which subjects it validates.
 
 ``validate`` runs pytest in the project with the project's own config; this object, registered
-for that run only, decides the subjects before the e2b plugin resolves its settings and keeps
-pytest from collecting (or importing) the project's own test files.
+for that run only, decides the subjects before the e2b plugin resolves its settings (xdist workers
+get them from the controller); ``validate`` passes ``--e2b-catalog-only`` so that pytest collects
+(and imports) none of the project's own test files.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
@@ -19,8 +18,8 @@ KINDS = ("reward", "episode")
 REFERENCE = {"reward": REFERENCE_REWARD, "episode": REFERENCE_EPISODE}
 
 
-class CatalogOnly:
-    """pytest plugin of one ``validate`` run: decides the subjects and collects no test files."""
+class ValidateSubjects:
+    """pytest plugin of one ``validate`` run: decides which subjects run."""
 
     def __init__(self, named: dict[str, str | None], only: str) -> None:
         self.named = named
@@ -44,7 +43,3 @@ class CatalogOnly:
         for other in KINDS:
             keep = kind in ("all", other)
             setattr(config.option, f"e2b_{other}_subject", chosen[other] if keep else "")
-
-    def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool:
-        """The project's own tests are not this command's job (and are not even imported)."""
-        return True
