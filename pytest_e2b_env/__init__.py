@@ -2,6 +2,9 @@
 
 The public facade. Names resolve lazily so that loading the pytest plugin (which imports
 this package) never pulls in the e2b SDK, openenv, torch or trl.
+
+PYTEST_DONT_REWRITE: the console script imports this package before pytest starts, and the
+package has no asserts to rewrite; the marker keeps pytest from warning that it was imported early.
 """
 
 from __future__ import annotations

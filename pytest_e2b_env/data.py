@@ -1,30 +1,44 @@
 """Where the bundled data lives: the case catalog (``cases/``) and its fixtures (``fixtures/``).
 
-In a source checkout or an editable install they sit beside the package; a wheel installs them
-under ``<prefix>/share/pytest-e2b-env`` (``[tool.setuptools.data-files]`` in pyproject.toml).
-One resolver, so every layer finds the same files in both layouts.
+An installed package carries them as package data, ``pytest_e2b_env/_data/{cases,fixtures}``
+(``setup.py`` maps the checkout's top-level directories there), found with
+``importlib.resources`` wherever the package was installed: a venv, ``pip install --user``,
+``--target`` plus ``PYTHONPATH``. A source checkout (``PYTHONPATH`` at it, or an editable
+install) has no ``_data``; there they sit beside the package. One resolver, so every layer
+finds the same files.
 """
 
 from __future__ import annotations
 
-import sysconfig
 from functools import cache
+from importlib import resources
 from pathlib import Path
 
 from pytest_e2b_env.errors import ConfigError
 
 
+def _has_data(root: Path) -> bool:
+    return (root / "cases").is_dir() and (root / "fixtures").is_dir()
+
+
 @cache
 def data_root() -> Path:
     """The directory holding ``cases/`` and ``fixtures/``."""
-    checkout = Path(__file__).resolve().parents[1]
-    installed = Path(sysconfig.get_path("data")) / "share" / "pytest-e2b-env"
-    for root in (checkout, installed):
-        if (root / "cases").is_dir() and (root / "fixtures").is_dir():
+    package = resources.files("pytest_e2b_env")
+    if not isinstance(package, Path):
+        # The subjects' sandboxes get fixture files copied from disk: a zip import cannot serve them.
+        raise ConfigError(
+            f"pytest-e2b-env is imported from {package!s}, not a directory: install it normally "
+            "(pip install pytest-e2b-env) instead of from a zip"
+        )
+    installed = package / "_data"
+    checkout = package.parent
+    for root in (installed, checkout):
+        if _has_data(root):
             return root
     raise ConfigError(
-        f"bundled data not found in {checkout} or {installed}: reinstall pytest-e2b-env "
-        "(pip install --force-reinstall pytest-e2b-env) or run from a source checkout"
+        f"bundled data not found in {installed} or {checkout}: this pytest-e2b-env build lacks its "
+        "package data; reinstall it from a wheel (pip install --force-reinstall pytest-e2b-env)"
     )
 
 

@@ -40,3 +40,7 @@ class PreflightError(InfrastructureError):
 
 class EmulatorError(E2BEnvError):
     """The local emulator could not start or was misused (bad port, port in use...)."""
+
+
+class MissingExtraError(ConfigError):
+    """A feature needs packages of an optional extra that is not installed; the message names it."""

@@ -30,6 +30,35 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(E2BEnvHookspecs)
 
 
+# Every ini key of the plugin: name -> parser.addini keyword arguments.
+INI_KEYS: dict[str, dict[str, Any]] = {
+    "e2b_live": {"type": "bool", "default": False, "help": "run against real E2B (like --e2b-live)"},
+    "e2b_evidence": {"default": "", "help": "evidence bundle directory (like --e2b-evidence)"},
+    "e2b_cases": {"default": "", "help": "case file or directory (like --e2b-cases)"},
+    "e2b_reward_subject": {"default": "", "help": "reward code under test, 'module:factory'"},
+    "e2b_episode_subject": {"default": "", "help": "episode class under test, 'module:EnvClass'"},
+    "e2b_episode_tools": {
+        "type": "linelist",
+        "default": [],
+        "help": "extra model tools your episode class declares",
+    },
+    "e2b_reward_contract": {"default": "", "help": "'module:attr' dict declaring your reward code's shape"},
+    "e2b_episode_contract": {
+        "default": "",
+        "help": "'module:attr' dict declaring your episode class's shape",
+    },
+    "e2b_relax": {
+        "default": "",
+        "help": "policy criteria to relax by name, comma separated (docs/catalog.md)",
+    },
+    "e2b_summary": {"default": "", "help": "Markdown summary file of the run (like --e2b-summary)"},
+    "e2b_lanes": {"default": "", "help": "catalog cases run at once (like --e2b-lanes)"},
+    "e2b_reward_tasks": {"default": "", "help": "your reward tasks: 'module:attr' or a .json/.jsonl path"},
+    "e2b_episode_tasks": {"default": "", "help": "your repair tasks: 'module:attr' or a .json/.jsonl path"},
+    "e2b_task_repeats": {"default": "3", "help": "runs of each task's oracle for the repeat check"},
+}
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     """``--e2b-live``, ``--e2b-evidence``, ``--e2b-cases`` and their ini keys, plus the subjects."""
     group = parser.getgroup("e2b", "E2B environment validation (pytest-e2b-env)")
@@ -68,31 +97,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="e2b_lanes",
         help="catalog cases run at once, each on its own target (default 4; 1: one after another)",
     )
-    parser.addini("e2b_lanes", default="", help="catalog cases run at once (like --e2b-lanes)")
-    parser.addini("e2b_live", type="bool", default=False, help="run against real E2B (like --e2b-live)")
-    parser.addini("e2b_evidence", default="", help="evidence bundle directory (like --e2b-evidence)")
-    parser.addini("e2b_cases", default="", help="case file or directory (like --e2b-cases)")
-    parser.addini("e2b_reward_subject", default="", help="reward code under test, 'module:factory'")
-    parser.addini("e2b_episode_subject", default="", help="episode class under test, 'module:EnvClass'")
-    parser.addini(
-        "e2b_episode_tools", type="linelist", default=[], help="extra model tools your episode class declares"
+    for kind, form in (("reward", "MODULE:FACTORY"), ("episode", "MODULE:CLASS")):
+        group.addoption(
+            f"--e2b-{kind}-subject",
+            metavar=form,
+            default=None,
+            dest=f"e2b_{kind}_subject",
+            help=f"{kind} code under test (overrides the e2b_{kind}_subject ini key; '' unsets it)",
+        )
+    group.addoption(
+        "--e2b-catalog-only",
+        action="store_true",
+        default=False,
+        dest="e2b_catalog_only",
+        help="run only the catalog cases: collect (and import) none of the project's test files",
     )
-    parser.addini(
-        "e2b_reward_contract", default="", help="'module:attr' dict declaring your reward code's shape"
+    group.addoption(
+        "--e2b-summary",
+        metavar="PATH",
+        default=None,
+        dest="e2b_summary",
+        help="append a Markdown summary of the catalog run to PATH (default: $GITHUB_STEP_SUMMARY when set)",
     )
-    parser.addini(
-        "e2b_episode_contract", default="", help="'module:attr' dict declaring your episode class's shape"
-    )
-    parser.addini(
-        "e2b_relax", default="", help="policy criteria to relax by name, comma separated (docs/catalog.md)"
-    )
-    parser.addini(
-        "e2b_reward_tasks", default="", help="your reward tasks: 'module:attr' or a .json/.jsonl path"
-    )
-    parser.addini(
-        "e2b_episode_tasks", default="", help="your repair tasks: 'module:attr' or a .json/.jsonl path"
-    )
-    parser.addini("e2b_task_repeats", default="3", help="runs of each task's oracle for the repeat check")
+    for name, kwargs in INI_KEYS.items():
+        parser.addini(name, **kwargs)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -103,8 +131,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "e2b_task(check): a check (oracle, floor, repeat) of one of your tasks"
     )
     from pytest_e2b_env.adapter.items import Runtime, runtime_key, settings_key
-    from pytest_e2b_env.adapter.settings import resolve
+    from pytest_e2b_env.adapter.settings import check_ini_keys, resolve
 
+    check_ini_keys(config, INI_KEYS)
     settings = resolve(config)
     config.stash[settings_key] = settings
     config.stash[runtime_key] = Runtime(settings)
@@ -123,10 +152,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
-    """xdist: every worker stamps the controller's run id on its sandboxes."""
+    """xdist: every worker stamps the controller's run id on its sandboxes and runs its subjects."""
     from pytest_e2b_env.adapter.items import settings_key
 
-    node.workerinput["e2b_run_id"] = node.config.stash[settings_key].run_id
+    settings = node.config.stash[settings_key]
+    node.workerinput["e2b_run_id"] = settings.run_id
+    # Workers re-parse the command line only: the subjects the controller resolved travel with them.
+    node.workerinput["e2b_subjects"] = {
+        "reward": settings.reward_subject,
+        "episode": settings.episode_subject,
+    }
 
 
 def _runtime(config: pytest.Config) -> Runtime:
@@ -184,6 +219,11 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return lines + [f"e2b: {line}" for line in runtime.stale_runs]
 
 
+def pytest_ignore_collect(collection_path: Any, config: pytest.Config) -> bool | None:
+    """--e2b-catalog-only: no test file is collected; the catalog items are added afterwards."""
+    return True if config.getoption("e2b_catalog_only") else None
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[Any]) -> None:
     """Append the catalog's items (when a subject is set) and skip live-only tests when offline."""
@@ -232,6 +272,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         from pytest_e2b_env.adapter.items import CaseItem, result_payload
 
         if isinstance(item, CaseItem):
+            if report.skipped and isinstance(report.longrepr, tuple):
+                # pytest.skip() would point at the plugin's code; the reader wants the case.
+                from pytest_e2b_env.adapter.report import case_location
+
+                report.longrepr = (*case_location(item.case), report.longrepr[2])
             payload = result_payload(item)
             if payload is not None:
                 report.e2b_case = payload

@@ -20,22 +20,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from pytest_e2b_env.catalog.loader import default_cases_dir
-from pytest_e2b_env.cli.validate import REFERENCE
-
 
 def run_catalog(subject: str, lanes: int, workers: str | None, out: Path) -> tuple[float, dict, dict]:
-    """One whole-catalog session; (wall seconds, coverage.json, {case id: status})."""
-    (out / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
-    kinds = ("reward", "episode") if subject == "all" else (subject,)
-    cmd = [sys.executable, "-m", "pytest", str(out), "--rootdir", str(out), "-c", str(out / "pytest.ini")]
-    cmd += ["-q", "-p", "no:cacheprovider", "--e2b-evidence", str(out / "ev"), "--e2b-lanes", str(lanes)]
-    cmd += ["--e2b-cases", str(default_cases_dir()), "-o", "asyncio_default_fixture_loop_scope=function"]
-    for kind in ("reward", "episode"):
-        cmd += ["-o", f"e2b_{kind}_subject={REFERENCE[kind] if kind in kinds else ''}"]
-    cmd += ["-n", workers] if workers else []
+    """One ``validate`` run in an empty directory; (wall seconds, coverage.json, {case id: status})."""
+    cmd = [sys.executable, "-m", "pytest_e2b_env.cli", "validate", "--subject", subject, "-q"]
+    cmd += ["--output", str(out / "ev")] + (["-n", workers] if workers else [])
+    cmd += ["--", "--e2b-lanes", str(lanes)]
     started = time.monotonic()
-    subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=1800)
+    subprocess.run(cmd, cwd=out, capture_output=True, text=True, check=False, timeout=1800)
     wall = time.monotonic() - started
     (bundle,) = [p for p in (out / "ev").iterdir() if p.is_dir() and not p.name.startswith(".")]
     coverage = json.loads((bundle / "coverage.json").read_text())

@@ -8,10 +8,11 @@ case however the run was distributed.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -19,12 +20,26 @@ from pytest_e2b_env.adapter.items import COLLECTOR_NAME
 from pytest_e2b_env.adapter.settings import Settings
 from pytest_e2b_env.catalog.record import CaseRecord
 
+if TYPE_CHECKING:
+    from pytest_e2b_env.catalog.model import Case
+
 PREFIX = COLLECTOR_NAME + "::"
 
 
 def case_id_of(nodeid: str) -> str | None:
     """The case id of a catalog node id, else None."""
     return nodeid[len(PREFIX) :] if nodeid.startswith(PREFIX) else None
+
+
+def case_location(case: Case) -> tuple[str, int]:
+    """The case file and the line of its ``id = "..."`` (1 when the file cannot be read)."""
+    path = case.source_file or "<catalog>"
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return path, 1
+    pattern = re.compile(rf"""^\s*id\s*=\s*["']{re.escape(case.id)}["']""")
+    return path, next((n for n, line in enumerate(lines, 1) if pattern.match(line)), 1)
 
 
 class EvidenceReporter:
@@ -109,9 +124,12 @@ class EvidenceReporter:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """Write the bundle once (controller) and fail the run when it is incomplete."""
-        if not self.expected and not self.records and not self.info.get("tasks"):
-            return
+        if (not self.expected and not self.records and not self.info.get("tasks")) or (
+            self.config.option.collectonly
+        ):
+            return  # nothing ran: a bundle of "missing" cases would only be noise
         from pytest_e2b_env.evidence import BundleWriter, verify_bundle
+        from pytest_e2b_env.evidence.runinfo import subject_source
 
         stopped = bool(session.shouldstop or session.shouldfail)
         from pytest_e2b_env.adapter.items import runtime_key
@@ -145,6 +163,15 @@ class EvidenceReporter:
                 "reward": self.settings.reward_subject,
                 "episode": self.settings.episode_subject,
             },
+            # Without git nothing else pins the code under test: its module file and a source digest.
+            "subject_sources": {
+                kind: subject_source(spec)
+                for kind, spec in (
+                    ("reward", self.settings.reward_subject),
+                    ("episode", self.settings.episode_subject),
+                )
+                if spec
+            },
             "workers": self.info.get("workers", 0),
             # Policy criteria relaxed by name (e2b_relax): every relaxed failure stays a warning.
             "relaxed_policies": sorted(self.settings.relax),
@@ -177,6 +204,15 @@ class EvidenceReporter:
         coverage = self._coverage()
         if coverage is not None and not coverage.get("complete", False):
             self.problems.append("coverage.json is incomplete (a case is missing)")
+        if self.settings.summary is not None and self.bundle is not None:
+            from pytest_e2b_env.evidence.summary import write_summary
+
+            try:
+                write_summary(self.settings.summary, self.bundle, self.problems)
+            except (OSError, ValueError) as exc:
+                self.problems.append(
+                    f"summary {self.settings.summary} not written: {type(exc).__name__}: {exc}"
+                )
         if self.problems and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -205,5 +241,7 @@ class EvidenceReporter:
         tr.write_line(f"{'total':<16} {sum(seconds.values()):7.2f}s  wall {time.time() - self.started:.2f}s")
         if self.bundle is not None:
             tr.write_line(f"evidence bundle: {self.bundle}")
+        if self.settings.summary is not None and self.bundle is not None:
+            tr.write_line(f"summary appended to: {self.settings.summary}")
         for problem in self.problems:
             tr.write_line(f"evidence problem: {problem}", red=True)

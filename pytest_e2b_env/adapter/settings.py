@@ -5,16 +5,18 @@ CLI wins over ini. Bad values raise ``pytest.UsageError`` naming the value and t
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_e2b_env.target.settings import env_api_key, new_run_id
+from pytest_e2b_env.target.settings import env_api_key, env_step_summary, new_run_id
 
 _SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _TOOL = re.compile(r"^[A-Za-z_]\w*$")
@@ -62,6 +64,7 @@ class Settings:
     worker: str | None = None
     #: Catalog cases run at once, each lane on its own target (1: one after another).
     lanes: int = DEFAULT_LANES
+    summary: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     #: The user's tasks (``module:attr`` or an absolute .json/.jsonl path) and the repeat count.
     reward_tasks: str | None = None
@@ -100,6 +103,57 @@ def check_subject(key: str, value: str) -> str:
     return value
 
 
+def check_ini_keys(config: pytest.Config, known: Iterable[str]) -> None:
+    """Reject an ``e2b_*`` key the ini file sets but no plugin registered, suggesting the closest.
+
+    pytest itself only warns about unknown keys (unless ``--strict-config``), and a misspelled
+    subject key then reads as "no tests ran".
+    """
+    names = sorted(known)
+    for key in sorted(_file_keys(config.inipath)):
+        if not key.startswith("e2b_") or key in names:
+            continue
+        try:
+            config.getini(key)  # registered elsewhere (another plugin's e2b_* key): not ours to judge
+            continue
+        except ValueError:
+            pass
+        close = difflib.get_close_matches(key, names, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"the plugin's keys are {', '.join(names)}"
+        raise pytest.UsageError(
+            f"unknown ini key {key!r} in {config.inipath}: {hint} (docs/plugin.md lists every key)"
+        )
+
+
+def _file_keys(path: Path | None) -> set[str]:
+    """The keys the pytest config file sets (pytest 9 deprecates ``config.inicfg``, which held them)."""
+    if path is None or not path.is_file():
+        return set()
+    if path.suffix == ".toml":
+        import tomllib
+
+        table = tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {}).get("pytest", {})
+        return (set(table) - {"ini_options"}) | set(table.get("ini_options", {}))
+    import configparser
+
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(path, encoding="utf-8")
+    section = "pytest" if parser.has_section("pytest") else "tool:pytest"
+    return set(parser[section]) if parser.has_section(section) else set()
+
+
+def _summary_path(config: pytest.Config) -> Path | None:
+    """--e2b-summary, else the e2b_summary ini key, else $GITHUB_STEP_SUMMARY (GitHub Actions sets it)."""
+    given = config.getoption("e2b_summary", None)
+    if given:
+        return config.invocation_params.dir / given
+    from_ini = str(config.getini("e2b_summary") or "").strip()
+    if from_ini:
+        return config.rootpath / from_ini
+    step = env_step_summary()
+    return Path(step) if step else None
+
+
 def resolve(config: pytest.Config) -> Settings:
     """Read and validate every e2b option; raise ``pytest.UsageError`` on a bad value."""
     from pytest_e2b_env.catalog.loader import default_cases_dir
@@ -129,9 +183,21 @@ def resolve(config: pytest.Config) -> Settings:
                     "give a .toml case file or a directory of them"
                 )
     subjects: dict[str, str | None] = {}
-    for key in ("e2b_reward_subject", "e2b_episode_subject"):
-        raw = str(config.getini(key) or "").strip()
+    workerinput = getattr(config, "workerinput", None)
+    from_controller = (workerinput or {}).get("e2b_subjects") or {}
+    for kind, key in (("reward", "e2b_reward_subject"), ("episode", "e2b_episode_subject")):
+        # --e2b-reward-subject wins over the ini key ('' unsets it); an xdist worker runs the controller's.
+        given = (from_controller.get(kind) or "") if from_controller else config.getoption(key, None)
+        raw = str((config.getini(key) or "") if given is None else given).strip()
         subjects[key] = check_subject(key, raw) if raw else None
+    if subjects["e2b_episode_subject"]:
+        from pytest_e2b_env.errors import MissingExtraError
+        from pytest_e2b_env.extras import require
+
+        try:
+            require("episode", f"e2b_episode_subject={subjects['e2b_episode_subject']!r}")
+        except MissingExtraError as exc:
+            raise pytest.UsageError(str(exc)) from None
     contracts: dict[str, str | None] = {}
     for key in ("e2b_reward_contract", "e2b_episode_contract"):
         raw = str(config.getini(key) or "").strip()
@@ -178,6 +244,7 @@ def resolve(config: pytest.Config) -> Settings:
         worker=workerinput.get("workerid") if workerinput else None,
         lanes=_lanes(config),
         **tasks,
+        summary=_summary_path(config),
     )
 
 

@@ -25,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def _usage() -> str:
     width = max(map(len, COMMANDS))
-    lines = ["usage: pytest-e2b-env COMMAND [ARGS...]", "", "commands:"]
+    lines = ["usage: pytest-e2b-env [--version] COMMAND [ARGS...]", "", "commands:"]
     lines += [f"  {name.ljust(width)}  {text}" for name, (_, text) in COMMANDS.items()]
     lines += ["", "Run 'pytest-e2b-env COMMAND --help' for a command's options."]
     return "\n".join(lines)
@@ -34,8 +34,16 @@ def _usage() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Dispatch ``argv`` (default ``sys.argv[1:]``) to one command; its exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] in {"-h", "--help", "help"}:
+    if not args:  # no command is a usage error (exit 2), not a successful run
+        print(_usage(), file=sys.stderr)
+        return 2
+    if args[0] in {"-h", "--help", "help"}:
         print(_usage())
+        return 0
+    if args[0] in {"-V", "--version"}:
+        from pytest_e2b_env import __version__
+
+        print(f"pytest-e2b-env {__version__}")
         return 0
     name, rest = args[0], args[1:]
     if name not in COMMANDS:

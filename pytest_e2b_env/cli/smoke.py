@@ -7,7 +7,8 @@ import json
 import sys
 from collections.abc import Sequence
 
-from pytest_e2b_env.errors import E2BEnvError
+from pytest_e2b_env.errors import E2BEnvError, MissingExtraError
+from pytest_e2b_env.extras import require
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -18,6 +19,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("subject", choices=["reward", "episode"])
     parser.add_argument("--live", action="store_true", help="run against real E2B (needs E2B_API_KEY)")
     args = parser.parse_args(argv)
+    if args.subject == "episode":
+        try:
+            require("episode", "pytest-e2b-env smoke episode")
+        except MissingExtraError as exc:
+            print(f"pytest-e2b-env smoke: error: {exc}", file=sys.stderr)
+            return 2
     try:
         if args.subject == "reward":
             from pytest_e2b_env.reward.smoke import reward_smoke

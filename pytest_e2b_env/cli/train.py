@@ -12,7 +12,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_e2b_env.errors import ConfigError
+from pytest_e2b_env.errors import ConfigError, MissingExtraError
+from pytest_e2b_env.extras import require
 from pytest_e2b_env.target.settings import DEFAULT_CREATE_INTERVAL, env_api_key
 from pytest_e2b_env.training.settings import MODES, PROG, TINY_COMPLETION, TrainSettings
 
@@ -215,6 +216,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except SystemExit as exc:  # argparse already printed usage and the error naming the value
         return exc.code if isinstance(exc.code, int) else 2
+    try:
+        require("train", f"{PROG} --mode {settings.mode}")
+    except MissingExtraError as exc:  # before the first torch import: one line naming the extra
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
     if not settings.cpu and not _cuda_available():
         # Before the emulator, the preflight and the model: a GPU run on a CPU box fails at once.
         print(f"{PROG}: error: no CUDA GPU is visible; pass --cpu for a (slow) CPU run", file=sys.stderr)

@@ -1,19 +1,33 @@
-"""``pytest-e2b-env validate``: run the case catalog against the bundled reference code.
+"""``pytest-e2b-env validate``: run the case catalog against your code (or the bundled reference).
 
-A thin wrapper over pytest with this plugin, so the CLI, CI and ``pytest`` runs share one
-code path and one evidence bundle format. Exit status: 0 when every case passed (or was
-skipped with a reason) and the bundle is complete, non-zero otherwise.
+A thin wrapper over pytest with this plugin, run in the current directory with the project's
+own pytest config (``pythonpath``, ``e2b_*`` keys, conftest hooks), so the CLI, CI and
+``pytest`` share one code path and one evidence bundle format. Only the catalog runs: the
+project's own test files are not collected. Subjects: those named on the command line, else
+those the project's config sets, else (nothing set anywhere) the bundled reference code.
+
+Exit status (:data:`EXIT_CODES`, docs/ci.md): 0 every case passed (or was skipped with a reason)
+and the bundle is complete, 1 a case failed or the bundle is incomplete, 2 usage error, 3
+internal error or a run that could not finish.
 """
 
 from __future__ import annotations
 
 import argparse
-import tempfile
+import importlib.util
+import sys
 from pathlib import Path
 
-REFERENCE = {
-    "reward": "pytest_e2b_env.reward:reward_subject",
-    "episode": "pytest_e2b_env.episode:ReportEpisode",
+OK, FAILED, USAGE, INTERNAL = 0, 1, 2, 3
+#: pytest's exit status (``pytest.ExitCode``) -> validate's (OpenEnv RFC 008's four codes)
+EXIT_CODES: dict[int, int] = {
+    0: OK,  # OK
+    1: FAILED,  # TESTS_FAILED (a case failed, or the bundle is incomplete)
+    2: INTERNAL,  # INTERRUPTED: Ctrl-C or a collection error, the run did not finish
+    3: INTERNAL,  # INTERNAL_ERROR
+    4: USAGE,  # USAGE_ERROR
+    5: USAGE,  # NO_TESTS_COLLECTED: e.g. -k matched no case
+    6: FAILED,  # MAX_WARNINGS_ERROR (pytest 9's --max-warnings): the project's own bar was not met
 }
 
 
@@ -21,21 +35,37 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``validate`` argument parser."""
     parser = argparse.ArgumentParser(
         prog="pytest-e2b-env validate",
-        description="Run the case catalog against the bundled reference code and write an evidence bundle.",
+        description=(
+            "Run the case catalog in this directory's pytest project and write an evidence bundle. "
+            "Subjects: those named here, else the project's e2b_*_subject ini keys, else the bundled "
+            "reference code. Exit status: 0 all passed, 1 a case failed, 2 usage, 3 internal error."
+        ),
+        epilog="Arguments after a lone -- are passed to pytest unchanged.",
     )
     parser.add_argument("--live", action="store_true", help="run against real E2B (needs E2B_API_KEY)")
-    parser.add_argument("--subject", choices=("reward", "episode", "all"), default="all")
     parser.add_argument(
-        "--output", default="e2b-evidence", metavar="DIR", help="evidence root (default: %(default)s)"
+        "--subject",
+        choices=("reward", "episode", "all"),
+        default="all",
+        help="run only this kind's cases (default: every configured subject)",
     )
     parser.add_argument(
-        "--cases", default=None, metavar="PATH", help="case file or directory (default: bundled)"
+        "--output", default=None, metavar="DIR", help="evidence root (default: the project's, e2b-evidence)"
     )
     parser.add_argument(
-        "--reward-subject", default=REFERENCE["reward"], metavar="MODULE:FACTORY", help="default: %(default)s"
+        "--cases",
+        default=None,
+        metavar="PATH",
+        help="case file or directory (default: the project's, bundled)",
     )
     parser.add_argument(
-        "--episode-subject", default=REFERENCE["episode"], metavar="MODULE:CLASS", help="default: %(default)s"
+        "--reward-subject", default=None, metavar="MODULE:FACTORY", help="reward code (overrides the ini key)"
+    )
+    parser.add_argument(
+        "--episode-subject",
+        default=None,
+        metavar="MODULE:CLASS",
+        help="episode class (overrides the ini key)",
     )
     parser.add_argument(
         "--relax",
@@ -45,36 +75,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--run-id", default=None, help="run id (default: a fresh one)")
     parser.add_argument(
+        "--summary",
+        default=None,
+        metavar="PATH",
+        help="append a Markdown summary to PATH (default: $GITHUB_STEP_SUMMARY when set)",
+    )
+    parser.add_argument(
         "-k", dest="keyword", default=None, help="only cases matching this pytest -k expression"
     )
-    parser.add_argument("-n", dest="workers", default=None, help="run cases on N xdist workers")
+    parser.add_argument(
+        "-n", dest="workers", default=None, help="run cases on N xdist workers (needs pytest-xdist)"
+    )
     parser.add_argument("-q", dest="quiet", action="store_true", help="less output")
     return parser
 
 
-def pytest_args(options: argparse.Namespace, empty_dir: Path) -> list[str]:
-    """The pytest command line that runs the catalog and nothing else."""
-    from pytest_e2b_env.catalog.loader import default_cases_dir
-
-    kinds = ("reward", "episode") if options.subject == "all" else (options.subject,)
-    args = [
-        str(empty_dir),
-        "--rootdir",
-        str(empty_dir),
-        "-c",
-        str(empty_dir / "pytest.ini"),
-        "-p",
-        "no:cacheprovider",
-        "--e2b-evidence",
-        str(Path(options.output).resolve()),
-        "--e2b-cases",
-        str(Path(options.cases).resolve() if options.cases else default_cases_dir()),
-        "-o",
-        "asyncio_default_fixture_loop_scope=function",
-    ]
-    subjects = {"reward": options.reward_subject, "episode": options.episode_subject}
-    for kind in ("reward", "episode"):
-        args += ["-o", f"e2b_{kind}_subject={subjects[kind] if kind in kinds else ''}"]
+def pytest_args(options: argparse.Namespace) -> list[str]:
+    """The pytest command line; the project's config supplies everything not named here."""
+    args = ["-p", "no:cacheprovider", "--e2b-catalog-only"]
+    if options.output:
+        args += ["--e2b-evidence", str(Path(options.output).resolve())]
+    if options.cases:
+        args += ["--e2b-cases", str(Path(options.cases).resolve())]
+    if options.summary:
+        args += ["--e2b-summary", str(Path(options.summary).resolve())]
     if options.relax:
         args += ["-o", f"e2b_relax={options.relax}"]
     if options.live:
@@ -89,16 +113,46 @@ def pytest_args(options: argparse.Namespace, empty_dir: Path) -> list[str]:
     return args
 
 
-def main(argv: list[str]) -> int:
-    """Run the catalog; return pytest's exit status."""
-    import pytest
+def _usage_problem(options: argparse.Namespace) -> str | None:
+    """A problem pytest would report less clearly, checked before it starts."""
+    if options.workers and importlib.util.find_spec("xdist") is None:
+        return f"-n {options.workers} needs pytest-xdist, which is not installed: pip install pytest-xdist"
+    return None
 
+
+def main(argv: list[str]) -> int:
+    """Run the catalog; return 0, 1, 2 or 3 (:data:`EXIT_CODES`)."""
+    parser = build_parser()
+    # Everything after a lone "--" goes to pytest unchanged (e.g. -- -rs --junitxml=out.xml).
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
     from pytest_e2b_env.cli import validate_tasks
 
     if validate_tasks.wants_tasks(argv):  # validate --tasks PATH: only the task checks of a dataset
-        return validate_tasks.main(argv)
-    options = build_parser().parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="pytest-e2b-env-validate-") as tmp:
-        empty = Path(tmp)
-        (empty / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
-        return int(pytest.main(pytest_args(options, empty)))
+        return validate_tasks.main(argv, extra)
+    try:
+        options = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse printed the usage and the bad value; --help exits 0
+        return OK if exc.code in (0, None) else USAGE
+    problem = _usage_problem(options)
+    if problem:
+        parser.print_usage(sys.stderr)
+        print(f"{parser.prog}: error: {problem}", file=sys.stderr)
+        return USAGE
+
+    subjects = {"reward": options.reward_subject, "episode": options.episode_subject}
+    return run_pytest([*pytest_args(options), *extra], subjects, options.subject, parser.prog)
+
+
+def run_pytest(args: list[str], subjects: dict[str, str | None], only: str, prog: str) -> int:
+    """pytest with the subjects of this run decided; validate's exit status (:data:`EXIT_CODES`)."""
+    import pytest
+
+    from pytest_e2b_env.adapter.validate_subjects import ValidateSubjects
+
+    try:
+        status = pytest.main(args, plugins=[ValidateSubjects(subjects, only)])
+    except Exception as exc:  # pytest reports its own errors; anything escaping it is ours
+        print(f"{prog}: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return INTERNAL
+    return EXIT_CODES.get(int(status), INTERNAL)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 from pathlib import Path
 
 
@@ -62,7 +61,7 @@ def task_kind(source: str) -> str:
     )
 
 
-def pytest_args(options: argparse.Namespace, empty_dir: Path) -> list[str]:
+def pytest_args(options: argparse.Namespace) -> list[str]:
     """``validate``'s pytest command line, narrowed to the task checks of ``options.tasks``."""
     from pytest_e2b_env.catalog.tasks.load import is_spec
     from pytest_e2b_env.cli.validate import pytest_args as validate_args
@@ -70,9 +69,8 @@ def pytest_args(options: argparse.Namespace, empty_dir: Path) -> list[str]:
     source = options.tasks if is_spec(options.tasks) else str(Path(options.tasks).resolve())
     kind = options.task_kind or task_kind(source)
     options.subject = kind
-    args = validate_args(options, empty_dir)
     return [
-        *args,
+        *validate_args(options),
         "-o",
         f"e2b_{kind}_tasks={source}",
         "-o",
@@ -82,21 +80,22 @@ def pytest_args(options: argparse.Namespace, empty_dir: Path) -> list[str]:
     ]
 
 
-def main(argv: list[str]) -> int:
-    """Run the task checks; return pytest's exit status (2 for a bad task source)."""
+def main(argv: list[str], extra: list[str]) -> int:
+    """Run the task checks; validate's exit status (2 for a bad task source or a usage error)."""
     import sys
 
-    import pytest
-
+    from pytest_e2b_env.cli.validate import USAGE, run_pytest
     from pytest_e2b_env.errors import ConfigError
 
-    options = build_parser().parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="pytest-e2b-env-validate-tasks-") as tmp:
-        empty = Path(tmp)
-        (empty / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
-        try:
-            args = pytest_args(options, empty)
-        except (ConfigError, OSError, ValueError) as exc:
-            print(f"pytest-e2b-env validate: {exc}", file=sys.stderr)
-            return 2
-        return int(pytest.main(args))
+    parser = build_parser()
+    try:
+        options = parser.parse_args(argv)
+    except SystemExit as exc:
+        return 0 if exc.code in (0, None) else USAGE
+    try:
+        args = pytest_args(options)
+    except (ConfigError, OSError, ValueError) as exc:
+        print(f"{parser.prog}: {exc}", file=sys.stderr)
+        return USAGE
+    subjects = {"reward": options.reward_subject, "episode": options.episode_subject}
+    return run_pytest([*args, *extra], subjects, options.subject, parser.prog)

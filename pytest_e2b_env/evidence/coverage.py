@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 # Worse statuses win when one case was recorded more than once.
@@ -101,6 +102,13 @@ def build_coverage(
         "cases": entries,
     }
     return coverage, problems
+
+
+def run_verdict(coverage: Mapping[str, Any], problems: Sequence[str] = ()) -> str:
+    """``PASSED``, ``FAILED`` or ``INCOMPLETE`` (a case missing, a bundle problem): one rule for all views."""
+    if not coverage.get("complete") or problems:
+        return "INCOMPLETE"
+    return "PASSED" if coverage.get("passed") else "FAILED"
 
 
 def case_report(case: dict[str, Any], run_id: str, mode: Any) -> dict[str, Any]:

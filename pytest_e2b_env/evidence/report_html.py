@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
+from pytest_e2b_env.evidence.coverage import run_verdict
+
 STATUS_ORDER = ("passed", "relaxed", "failed", "error", "missing", "skipped")
 _COLOURS = {
     "passed": "#1a7f37",
@@ -119,19 +121,16 @@ def _badge(status: str) -> str:
 
 def _header(manifest: Mapping[str, Any], coverage: Mapping[str, Any], problems: Sequence[str]) -> str:
     counts = coverage.get("counts", {})
-    if not coverage.get("complete") or problems:
-        verdict, colour = "INCOMPLETE", _COLOURS["missing"]
-    elif coverage.get("passed"):
-        verdict, colour = "PASSED", _COLOURS["passed"]
-    else:
-        verdict, colour = "FAILED", _COLOURS["failed"]
+    verdict = run_verdict(coverage, problems)
+    colour = _COLOURS[{"INCOMPLETE": "missing", "PASSED": "passed", "FAILED": "failed"}[verdict]]
     git = manifest.get("git") or {}
     packages = manifest.get("packages") or {}
     platform = manifest.get("platform") or {}
-    target = manifest.get("live_endpoint") or manifest.get("isolation") or "n/a"
     rows = [
         ("mode", manifest.get("mode", "n/a")),
-        ("target", target),
+        *([("target", manifest["live_endpoint"])] if manifest.get("live_endpoint") else []),
+        ("isolation level", manifest.get("isolation") or "n/a"),
+        *_subject_rows(manifest),
         ("started / finished (UTC)", f"{manifest.get('started_at')}  /  {manifest.get('finished_at')}"),
         ("git", f"{git.get('head') or 'no commit'}" + (" (dirty)" if git.get("dirty") else "")),
         ("catalog hash", manifest.get("catalog_hash", "n/a")),
@@ -154,6 +153,24 @@ def _header(manifest: Mapping[str, Any], coverage: Mapping[str, Any], problems: 
         items = "".join(f"<li>{escape(p)}</li>" for p in problems)
         out.append(f"<h2>Problems with this run</h2><ul class='problems' id='problems'>{items}</ul>")
     return "\n".join(out)
+
+
+def _subject_rows(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """One row per subject under test: its spec, module file and source digest (runinfo.subject_source)."""
+    sources: Mapping[str, Any] = manifest.get("subject_sources") or {}
+    rows = []
+    for kind, spec in (manifest.get("subjects") or {}).items():
+        if not spec:
+            continue
+        source = sources.get(kind) or {}
+        if source.get("sha256"):
+            pinned = (
+                f"{source.get('module_file')}; sha256 {source['sha256']} of {source.get('files')} file(s)"
+            )
+        else:
+            pinned = f"{source.get('module_file') or 'no module file'}; {source.get('error') or 'no digest'}"
+        rows.append((f"{kind} subject", f"{spec} ({pinned})"))
+    return rows
 
 
 def _families(coverage: Mapping[str, Any]) -> str:

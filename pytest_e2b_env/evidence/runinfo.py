@@ -110,3 +110,52 @@ def platform_info() -> dict[str, Any]:
         "machine": platform.machine(),
         "system": platform.system(),
     }
+
+
+# Bounds on a subject's source digest: a subject inside a huge package must not stall the bundle.
+_MAX_SOURCE_FILES = 2000
+_MAX_SOURCE_BYTES = 64 * 1024 * 1024
+
+
+def subject_source(spec: str) -> dict[str, Any]:
+    """What pins the code of a ``module:attr`` subject without git: its module file and a digest.
+
+    The digest is SHA-256 over the relative path and bytes of every ``.py`` file of the package
+    holding the subject's module (or of the module alone when it is top level), in sorted order.
+    ``find_spec`` imports only the module's parent packages.
+    """
+    import importlib.util
+
+    module = spec.partition(":")[0]
+    info: dict[str, Any] = {"spec": spec, "module_file": None, "files": 0, "sha256": None}
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError) as exc:
+        info["error"] = f"{type(exc).__name__}: module {module!r} not found"
+        return info
+    if found is None or not found.origin or not Path(found.origin).is_file():
+        info["error"] = f"module {module!r} has no source file"
+        return info
+    origin = Path(found.origin).resolve()
+    info["module_file"] = str(origin)
+    root = origin.parent if "." in module or found.submodule_search_locations else None
+    paths = sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts) if root else [origin]
+    if len(paths) > _MAX_SOURCE_FILES:
+        info["error"] = f"{len(paths)} source files under {root}: more than {_MAX_SOURCE_FILES}, not digested"
+        return info
+    digest = hashlib.sha256()
+    total = 0
+    for path in paths:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            info["error"] = f"{path} unreadable ({type(exc).__name__}), not digested"
+            return info
+        total += len(data)
+        if total > _MAX_SOURCE_BYTES:
+            info["error"] = f"sources under {root} exceed {_MAX_SOURCE_BYTES} bytes, not digested"
+            return info
+        name = str(path.relative_to(root)) if root else path.name
+        digest.update(name.encode() + b"\0" + data + b"\0")
+    info.update(files=len(paths), sha256=digest.hexdigest(), root=str(root or origin.parent))
+    return info

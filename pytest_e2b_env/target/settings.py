@@ -31,6 +31,8 @@ ENV_TEMPLATE = "PYTEST_E2B_ENV_TEMPLATE"
 ENV_LIVE_API_URL = "PYTEST_E2B_ENV_LIVE_API_URL"
 ENV_LIVE_SANDBOX_URL = "PYTEST_E2B_ENV_LIVE_SANDBOX_URL"
 ENV_OPENENV_URL = "PYTEST_E2B_ENV_OPENENV_URL"
+# --- set by CI ---------------------------------------------------------------------------
+ENV_STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
 # --- internal to the emulator (parent -> child process, child -> sandboxed processes) --------
 ENV_EMULATOR_KEY = "PYTEST_E2B_ENV_EMULATOR_KEY"
 ENV_EMULATOR_OWNER = "PYTEST_E2B_ENV_EMULATOR_OWNER"
@@ -49,6 +51,7 @@ ENVIRONMENT: dict[str, str] = {
     ENV_LIVE_API_URL: "live upstream API URL instead of https://api.$E2B_DOMAIN (self-hosted E2B)",
     ENV_LIVE_SANDBOX_URL: "live upstream envd URL when it is one fixed endpoint (self-hosted E2B)",
     ENV_OPENENV_URL: "a running OpenEnv server the reference ReportEpisode uses instead of its own",
+    ENV_STEP_SUMMARY: "GitHub Actions' job summary file: the plugin appends its Markdown run summary",
     ENV_EMULATOR_KEY: "internal: API key the emulator's child process serves with (Emulator() clears it)",
     ENV_EMULATOR_OWNER: "internal: pid of the process that started the emulator child (dies with it)",
     ENV_SANDBOX_MARKER: "internal: marker in each process-isolated sandbox process (found by it)",
@@ -93,6 +96,11 @@ def env_run_id(environ: Mapping[str, str] | None = None) -> str | None:
 def env_api_key(environ: Mapping[str, str] | None = None) -> str:
     """``E2B_API_KEY`` stripped, or ``""`` (a secret: never print it)."""
     return (_value(environ, ENV_API_KEY) or "").strip()
+
+
+def env_step_summary(environ: Mapping[str, str] | None = None) -> str | None:
+    """``GITHUB_STEP_SUMMARY``: where GitHub Actions collects a job's Markdown summary, or None."""
+    return _value(environ, ENV_STEP_SUMMARY)
 
 
 def openenv_url(environ: Mapping[str, str] | None = None) -> str | None:

@@ -9,22 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from pytest_e2b_env.catalog.loader import default_cases_dir
-from pytest_e2b_env.cli.validate import REFERENCE
-
 
 def _verdicts(tmp: Path, lanes: int) -> list[tuple[str, str, str | None]]:
-    (tmp / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
-    cmd = [sys.executable, "-m", "pytest", str(tmp), "--rootdir", str(tmp), "-c", str(tmp / "pytest.ini")]
-    cmd += ["-q", "-p", "no:cacheprovider", "--e2b-evidence", str(tmp / "ev"), "--e2b-lanes", str(lanes)]
-    cmd += ["--e2b-cases", str(default_cases_dir()), "-o", "asyncio_default_fixture_loop_scope=function"]
-    cmd += [
-        "-o",
-        f"e2b_reward_subject={REFERENCE['reward']}",
-        "-o",
-        f"e2b_episode_subject={REFERENCE['episode']}",
-    ]
-    run = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=1200)
+    """``validate`` of the reference code in an empty directory; (id, status, reason) per record."""
+    cmd = [sys.executable, "-m", "pytest_e2b_env.cli", "validate", "-q", "--output", str(tmp / "ev")]
+    cmd += ["--", "--e2b-lanes", str(lanes)]
+    run = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=False, timeout=1200)
     assert run.returncode == 0, run.stdout[-3000:]
     (bundle,) = [p for p in (tmp / "ev").iterdir() if p.is_dir() and not p.name.startswith(".")]
     rows = [json.loads(line) for line in (bundle / "cases.jsonl").read_text().splitlines()]

@@ -16,11 +16,11 @@ ECHO = ROOT / "fixtures" / "tasks" / "broken_echo_passes.jsonl"
 
 def test_validate_tasks_narrows_the_run_to_the_task_checks(tmp_path: Path) -> None:
     options = build_parser().parse_args(["--tasks", str(ECHO), "--repeats", "4", "--output", str(tmp_path)])
-    args = pytest_args(options, tmp_path)
+    args = pytest_args(options)
     assert f"e2b_reward_tasks={ECHO}" in args
     assert "e2b_task_repeats=4" in args
-    assert "e2b_reward_subject=pytest_e2b_env.reward:reward_subject" in args
-    assert "e2b_episode_subject=" in args
+    assert options.subject == "reward"  # the rows decide which subject checks them
+    assert "--e2b-catalog-only" in args
     assert args[args.index("-m") + 1] == "e2b_task"
     assert wants_tasks(["--tasks=x.json"])
     assert not wants_tasks(["--subject", "reward"])

@@ -16,6 +16,7 @@ LAYERS: list[tuple[str, int]] = [
     ("pytest_e2b_env.environ", 1),
     ("pytest_e2b_env.toolsurface", 1),
     ("pytest_e2b_env.data", 1),
+    ("pytest_e2b_env.extras", 1),
     ("pytest_e2b_env.masking", 1),
     ("pytest_e2b_env.target.settings", 1),
     ("pytest_e2b_env.target.wire", 1),
