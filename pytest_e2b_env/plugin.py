@@ -123,6 +123,40 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         parser.addini(name, **kwargs)
 
 
+_active_key = pytest.StashKey[bool]()
+#: Options that ask something of the plugin (their ``dest``); with none of them, no ``e2b_*`` key
+#: in the config file or ``-o``, and no active xdist controller, the plugin stays dormant.
+_OPTIONS = (
+    "e2b_live",
+    "e2b_evidence",
+    "e2b_cases",
+    "e2b_run_id",
+    "e2b_lanes",
+    "e2b_summary",
+    "e2b_reward_subject",
+    "e2b_episode_subject",
+    "e2b_catalog_only",
+)
+
+
+def _asked(config: pytest.Config) -> bool:
+    """Whether this run asks anything of the plugin (as hypothesis's plugin, the unasked pay nothing)."""
+    if any(config.getoption(name, None) not in (None, False) for name in _OPTIONS):
+        return True
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and "e2b_run_id" in workerinput:
+        return True  # an xdist worker of an active controller
+    if any(str(o).startswith("e2b_") for o in (config.option.override_ini or ())):
+        return True
+    from pytest_e2b_env.adapter.inifile import file_keys
+
+    return any(key.startswith("e2b_") for key in file_keys(config.inipath))
+
+
+def _active(config: pytest.Config) -> bool:
+    return config.stash.get(_active_key, False)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Validate the options, register markers and fixtures, and (controller only) the reporter."""
     config.addinivalue_line("markers", "e2b_live: needs real E2B; skipped unless --e2b-live is given")
@@ -130,6 +164,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "e2b_task(check): a check (oracle, floor, repeat) of one of your tasks"
     )
+    import pytest_e2b_env.adapter.fixtures as fixtures
+
+    if not config.pluginmanager.is_registered(fixtures):
+        config.pluginmanager.register(fixtures, "e2b_env_fixtures")
+    config.stash[_active_key] = _asked(config)
+    if not config.stash[_active_key]:
+        return  # dormant: nothing loaded, no header; a fixture that is used sets up what it needs
     from pytest_e2b_env.adapter.items import Runtime, runtime_key, settings_key
     from pytest_e2b_env.adapter.settings import check_ini_keys, resolve
 
@@ -137,10 +178,6 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = resolve(config)
     config.stash[settings_key] = settings
     config.stash[runtime_key] = Runtime(settings)
-    import pytest_e2b_env.adapter.fixtures as fixtures
-
-    if not config.pluginmanager.is_registered(fixtures):
-        config.pluginmanager.register(fixtures, "e2b_env_fixtures")
     if not hasattr(config, "workerinput"):
         from pytest_e2b_env.adapter.report import EvidenceReporter
 
@@ -153,6 +190,8 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
     """xdist: every worker stamps the controller's run id on its sandboxes and runs its subjects."""
+    if not _active(node.config):
+        return
     from pytest_e2b_env.adapter.items import settings_key
 
     settings = node.config.stash[settings_key]
@@ -165,7 +204,7 @@ def pytest_configure_node(node: Any) -> None:
 
 
 def _runtime(config: pytest.Config) -> Runtime:
-    from pytest_e2b_env.adapter.items import runtime_key
+    from pytest_e2b_env.adapter.keys import runtime_key
 
     return config.stash[runtime_key]
 
@@ -177,6 +216,8 @@ def _is_dist_controller(config: pytest.Config) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Start the target early when this process will run catalog cases, so the header is exact."""
+    if not _active(session.config):
+        return
     config = session.config
     runtime = _runtime(config)
     from pytest_e2b_env.adapter.items import catalog_wanted
@@ -194,6 +235,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     """``e2b: mode=offline run_id=... isolation=...``."""
+    if not _active(config):
+        return []
     runtime = _runtime(config)
     target = runtime.target_if_open
     if target is not None:
@@ -227,6 +270,9 @@ def pytest_ignore_collect(collection_path: Any, config: pytest.Config) -> bool |
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[Any]) -> None:
     """Append the catalog's items (when a subject is set) and skip live-only tests when offline."""
+    if not _active(config):  # dormant is offline: live-only tests are skipped all the same
+        _skip_live_only(items)
+        return
     runtime = _runtime(config)
     from pytest_e2b_env.adapter.items import add_catalog_items, catalog_wanted
 
@@ -238,14 +284,20 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
         add_task_items(session, items)
     if not runtime.settings.live:
-        skip = pytest.mark.skip(reason="needs --e2b-live")
-        for item in items:
-            if item.get_closest_marker("e2b_live") is not None:
-                item.add_marker(skip)
+        _skip_live_only(items)
+
+
+def _skip_live_only(items: list[Any]) -> None:
+    skip = pytest.mark.skip(reason="needs --e2b-live")
+    for item in items:
+        if item.get_closest_marker("e2b_live") is not None:
+            item.add_marker(skip)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the selected cases in lanes, or what they will need in the background (warm-ups)."""
+    if not _active(session.config):
+        return
     config = session.config
     runtime = _runtime(config)
     if config.option.collectonly or _is_dist_controller(config):
@@ -259,6 +311,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def pytest_runtest_teardown(item: pytest.Item) -> None:
     """After ``-x`` (or any stop) took effect, lanes start no further case."""
+    if not _active(item.config):
+        return
     lanes = _runtime(item.config).lanes
     if lanes is not None and (item.session.shouldfail or item.session.shouldstop):
         lanes.stop()
@@ -268,6 +322,8 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     """Ship a catalog case's record on its call report (xdist forwards it to the controller)."""
     report = yield
+    if not _active(item.config):
+        return report
     if call.when == "call" or (call.when == "setup" and report.skipped):
         from pytest_e2b_env.adapter.items import CaseItem, result_payload
 
@@ -287,6 +343,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Hand run facts to the reporter, then sweep this process's sandboxes and stop its target."""
+    from pytest_e2b_env.adapter.keys import runtime_key
+
+    if runtime_key not in session.config.stash:
+        return  # dormant, and no fixture needed a target
     runtime = _runtime(session.config)
     reporter = session.config.pluginmanager.get_plugin("e2b_env_evidence")
     target = runtime.target_if_open

@@ -23,9 +23,9 @@ REFERENCE_EPISODE = "pytest_e2b_env.episode:ReportEpisode"
 
 
 def _runtime(config: pytest.Config) -> Any:
-    from pytest_e2b_env.adapter.items import runtime_key
+    from pytest_e2b_env.adapter.items import ensure_runtime
 
-    return config.stash[runtime_key]
+    return ensure_runtime(config)
 
 
 def _leftovers(target: Target, mark: int) -> list[str]:

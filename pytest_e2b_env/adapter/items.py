@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_e2b_env.adapter.keys import runtime_key, settings_key
 from pytest_e2b_env.adapter.settings import Settings
 from pytest_e2b_env.catalog.contract import Subject
 from pytest_e2b_env.catalog.loader import CaseLoadError, load_cases
@@ -27,8 +28,17 @@ if TYPE_CHECKING:
     from pytest_e2b_env.catalog.host import CaseHost
 
 COLLECTOR_NAME = "e2b-catalog"
-settings_key = pytest.StashKey[Settings]()
-runtime_key = pytest.StashKey["Runtime"]()
+
+
+def ensure_runtime(config: pytest.Config) -> Runtime:
+    """The process's runtime, made on first use when the plugin started dormant (a fixture asked)."""
+    if runtime_key not in config.stash:
+        from pytest_e2b_env.adapter.settings import resolve
+
+        settings = resolve(config)
+        config.stash[settings_key] = settings
+        config.stash[runtime_key] = Runtime(settings)
+    return config.stash[runtime_key]
 
 
 class CaseFailure(Exception):

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from pytest_e2b_env.adapter.inifile import file_keys
 from pytest_e2b_env.target.settings import env_api_key, env_step_summary, new_run_id
 
 _SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -110,7 +111,7 @@ def check_ini_keys(config: pytest.Config, known: Iterable[str]) -> None:
     subject key then reads as "no tests ran".
     """
     names = sorted(known)
-    for key in sorted(_file_keys(config.inipath)):
+    for key in sorted(file_keys(config.inipath)):
         if not key.startswith("e2b_") or key in names:
             continue
         try:
@@ -123,23 +124,6 @@ def check_ini_keys(config: pytest.Config, known: Iterable[str]) -> None:
         raise pytest.UsageError(
             f"unknown ini key {key!r} in {config.inipath}: {hint} (docs/plugin.md lists every key)"
         )
-
-
-def _file_keys(path: Path | None) -> set[str]:
-    """The keys the pytest config file sets (pytest 9 deprecates ``config.inicfg``, which held them)."""
-    if path is None or not path.is_file():
-        return set()
-    if path.suffix == ".toml":
-        import tomllib
-
-        table = tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {}).get("pytest", {})
-        return (set(table) - {"ini_options"}) | set(table.get("ini_options", {}))
-    import configparser
-
-    parser = configparser.ConfigParser(interpolation=None)
-    parser.read(path, encoding="utf-8")
-    section = "pytest" if parser.has_section("pytest") else "tool:pytest"
-    return set(parser[section]) if parser.has_section(section) else set()
 
 
 def _summary_path(config: pytest.Config) -> Path | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 INI = "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
@@ -161,3 +163,37 @@ def test_loading_the_plugin_imports_nothing_heavy(pytester: pytest.Pytester) -> 
     result = pytester.runpytest_subprocess("-s")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*HEAVY-CHECK-OK*"])
+
+
+DORMANT_CONFTEST = """
+import sys
+
+def pytest_sessionfinish(session):
+    loaded = sorted(m for m in ("pydantic", "pytest_e2b_env.catalog", "pytest_e2b_env.adapter.items")
+                    if m in sys.modules)
+    print("LOADED", loaded)
+"""
+
+
+def test_an_unasked_plugin_is_dormant(pytester: pytest.Pytester) -> None:
+    """No e2b option or ini key: no header, nothing of the catalog loaded; live-only tests still skip."""
+    pytester.makeconftest(DORMANT_CONFTEST)
+    pytester.makepyfile(
+        "import pytest\n\ndef test_x():\n    pass\n\n@pytest.mark.e2b_live\ndef test_live():\n    pass\n"
+    )
+    result = pytester.runpytest_subprocess("-s", "-p", "no:asyncio", "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*LOADED []*", "*needs --e2b-live*"])
+    assert not [line for line in result.stdout.lines if line.startswith("e2b")], result.stdout.str()
+
+
+@pytest.mark.parametrize("asked", [["-o", "e2b_relax="], ["--e2b-lanes", "2"], "ini"])
+def test_an_e2b_key_or_option_wakes_the_plugin(pytester: pytest.Pytester, asked: Any) -> None:
+    """Any e2b option, -o e2b_* or e2b_* key in the config file: the header says the mode and run id."""
+    if asked == "ini":
+        pytester.makeini("[pytest]\ne2b_evidence = ev\n")
+        asked = []
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:asyncio", *asked)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["e2b: mode=offline run_id=*"])
