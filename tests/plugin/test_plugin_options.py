@@ -109,7 +109,8 @@ def test_live_only_tests_skip_offline(pytester: pytest.Pytester) -> None:
 
 
 def test_header_shows_mode_and_run_id(pytester: pytest.Pytester) -> None:
-    """The report header names the mode, the run id and the isolation level."""
+    """In a project that uses the plugin, the header names the mode, the run id and the isolation level."""
+    pytester.makeini("[pytest]\ne2b_evidence = ev\nasyncio_default_fixture_loop_scope = function\n")
     pytester.makepyfile("def test_x():\n    pass\n")
     result = pytester.runpytest()
     result.stdout.fnmatch_lines(["e2b: mode=offline run_id=run-* isolation=*"])
@@ -191,7 +192,7 @@ def test_an_unasked_plugin_is_dormant(pytester: pytest.Pytester) -> None:
 def test_an_e2b_key_or_option_wakes_the_plugin(pytester: pytest.Pytester, asked: Any) -> None:
     """Any e2b option, -o e2b_* or e2b_* key in the config file: the header says the mode and run id."""
     if asked == "ini":
-        pytester.makeini("[pytest]\ne2b_evidence = ev\n")
+        pytester.makeini("[pytest]\ne2b_evidence = ev\nasyncio_default_fixture_loop_scope = function\n")
         asked = []
     pytester.makepyfile("def test_x():\n    pass\n")
     result = pytester.runpytest_subprocess("-p", "no:asyncio", *asked)
