@@ -68,6 +68,9 @@ class TaskItem(pytest.Item):
             self.e2b_task = TaskCheck(self.task.task_id, self.task.kind, self.name, "error", str(exc))
             self.session.shouldstop = "the e2b target is unavailable"
             raise
+        from pytest_e2b_env.adapter.lanes import run_on
+
+        host = runtime.host(self.task.kind)
         result = run_check(
             self.task,
             self.name,
@@ -77,6 +80,8 @@ class TaskItem(pytest.Item):
             repeats=settings.task_repeats,
             extra_tools=settings.episode_tools,
             relax=settings.relax,
+            # in the case host, as catalog cases: a crash in subject code fails this check only
+            run=lambda case: run_on(case, subject, settings, target, host),
         )
         self.e2b_task = result
         if result.status == "skipped":

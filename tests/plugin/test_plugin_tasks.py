@@ -104,3 +104,28 @@ def test_a_missing_task_file_is_a_usage_error(pytester: pytest.Pytester) -> None
     result = pytester.runpytest("-m", "e2b_task")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*e2b_reward_tasks='data/none.jsonl': * does not exist*"])
+
+
+CRASHES_ON_SOLUTION = """
+import os, signal
+
+
+def make_reward():
+    def reward(completions, test_cases, **kwargs):
+        if "json.load" in str(completions):  # the reference solution: die hard
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return [0.0 for _ in completions]
+    return reward
+"""
+
+
+def test_a_subject_that_crashes_fails_its_check_and_the_session_goes_on(pytester: pytest.Pytester) -> None:
+    """Task checks run in the case host: a segfault fails the oracle, the floor still runs."""
+    write_project(pytester, subject="crashy:make_reward", extra="e2b_reward_tasks = data/tasks.jsonl\n")
+    pytester.makepyfile(crashy=CRASHES_ON_SOLUTION)
+    write_tasks(pytester, TASKS[:1])
+    result = pytester.runpytest("--e2b-evidence", "ev", "-m", "e2b_task", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=2)  # oracle and repeat crash; the floor scores 0s
+    result.stdout.fnmatch_lines(["*was killed by signal SIGSEGV*"])
+    tasks = read_json(only_bundle(pytester.path / "ev") / "tasks.json")
+    assert [t["task_id"] for t in tasks["tasks"]] == ["sum-big"]
