@@ -57,6 +57,8 @@ class Outcome:
     failed_families: list[str] = field(default_factory=list)
     relaxed_cases: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    #: why each failed case failed (its recorded reason), so a false failure can be read at once
+    reasons: dict[str, str] = field(default_factory=dict)
     exit_code: int = 0
     seconds: float = 0.0
     problem: str | None = None
@@ -129,6 +131,9 @@ def run_sample(sample: Sample, *, families: list[str] | None = None, timeout: fl
             cmd += ["--relax", ",".join(sample.relax)]
         if families:
             cmd += ["-k", " or ".join(families)]
+        # One case at a time per sample: samples already run side by side (run_all), and a
+        # sample's fixed timing constants were written for a machine that is not oversubscribed.
+        cmd += ["--", "--e2b-lanes", "1"]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(sample.path.parent), env.get("PYTHONPATH")) if p)
         started = time.monotonic()
@@ -152,6 +157,7 @@ def run_sample(sample: Sample, *, families: list[str] | None = None, timeout: fl
         outcome.counts[status] = outcome.counts.get(status, 0) + 1
         if status in ("failed", "error", "missing"):
             outcome.failed_cases.append(case["id"])
+            outcome.reasons[case["id"]] = str(case.get("reason") or status)[:300]
             if case["family"] not in outcome.failed_families:
                 outcome.failed_families.append(case["family"])
         elif status == "relaxed":

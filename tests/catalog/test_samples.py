@@ -44,7 +44,7 @@ def test_every_correct_sample_passes_the_whole_catalog() -> None:
     """The false-failure guard: correct code in other shapes fails no case; every skip is named."""
     outcomes = run_all(BASELINES, parallel=2)
     problems = [f"{o.sample.spec}: {o.problem}" for o in outcomes if o.problem]
-    false = [f"{o.sample.spec}: {o.failed_cases}" for o in outcomes if o.failed_cases]
+    false = [f"{o.sample.spec}: {o.reasons}" for o in outcomes if o.failed_cases]
     assert not problems, problems
     assert not false, "falsely failed: " + "; ".join(false)
     for o in outcomes:

@@ -354,8 +354,11 @@ def test_kill_confirms_every_process_gone(backend: Backend) -> None:
     assert not victim.alive()
 
 
+# The owner restores Python's own SIGINT handler: started from a non-interactive shell's background
+# job, this process (and so the owner) inherits SIGINT ignored, and the "sigint" case would wait.
 OWNER = textwrap.dedent("""
-    import json, sys
+    import json, signal, sys
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from pytest_e2b_env.emulator.isolation import select_backend
     backend = select_backend(force="namespaces")
     box = backend.start("orphan", internet=False, envs={})
