@@ -20,7 +20,7 @@ from connectrpc.errors import ConnectError
 from e2b.envd.filesystem import filesystem_connect
 from e2b.envd.process import process_connect
 
-from pytest_e2b_env.emulator.control_plane import ControlPlane, answer, api_key_ok, error
+from pytest_e2b_env.emulator.control_plane import ControlPlane, api_key_ok
 from pytest_e2b_env.emulator.envd_files import FilesystemService, files_api
 from pytest_e2b_env.emulator.envd_process import ProcessService
 from pytest_e2b_env.emulator.interpreter import JUPYTER_PORT, InterpreterService
@@ -28,6 +28,7 @@ from pytest_e2b_env.emulator.limits import Limits
 from pytest_e2b_env.emulator.sandboxes import Registry
 from pytest_e2b_env.target.backend import fault_rule_message
 from pytest_e2b_env.target.wire import routes
+from pytest_e2b_env.target.wire.answers import answer, error
 from pytest_e2b_env.target.wire.control import ControlEndpoint
 from pytest_e2b_env.target.wire.faults import (
     BodyTooLarge,

@@ -17,23 +17,10 @@ from urllib.parse import parse_qsl, unquote_plus
 
 from pytest_e2b_env.emulator.limits import Limits
 from pytest_e2b_env.emulator.sandboxes import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, Registry, Sandbox
+from pytest_e2b_env.target.wire.answers import Answer, answer, error
 from pytest_e2b_env.target.wire.jsonin import JSONTooDeep, loads_bounded
 
-Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
 LIST_LIMIT_MAX = 100
-
-
-def answer(status: int, obj: Any = None, headers: list[tuple[bytes, bytes]] | None = None) -> Answer:
-    """A JSON (or empty, for ``obj=None``) answer triple."""
-    extra = list(headers or [])
-    if obj is None:
-        return status, extra, b""
-    return status, [(b"content-type", b"application/json"), *extra], json.dumps(obj).encode()
-
-
-def error(status: int, message: str) -> Answer:
-    """E2B's error body."""
-    return answer(status, {"code": status, "message": message})
 
 
 def _not_found(sandbox_id: str) -> Answer:

@@ -10,12 +10,12 @@ is checked before any body is read; bodies and JSON nesting are bounded.
 from __future__ import annotations
 
 import hmac
-import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs
 
 from pytest_e2b_env.target.wire import CONTROL_HEADER, CONTROL_PREFIX
+from pytest_e2b_env.target.wire.answers import Answer, answer, error
 from pytest_e2b_env.target.wire.faults import (
     ASGIApp,
     BodyTooLarge,
@@ -31,18 +31,6 @@ from pytest_e2b_env.target.wire.jsonin import JSONTooDeep, loads_bounded
 from pytest_e2b_env.target.wire.ledger import Ledger
 
 PREFIX = CONTROL_PREFIX
-
-Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
-
-
-def _answer(status: int, obj: Any = None) -> Answer:
-    if obj is None:
-        return status, [], b""
-    return status, [(b"content-type", b"application/json")], json.dumps(obj).encode()
-
-
-def _error(status: int, message: str) -> Answer:
-    return _answer(status, {"code": status, "message": message})
 
 
 class ControlEndpoint:
@@ -89,12 +77,12 @@ class ControlEndpoint:
         # the key first: an unauthenticated body is never buffered
         if not hmac.compare_digest(given, self._key):
             await drain(receive, self.body_limit)
-            await send_answer(send, _error(401, f"the control endpoint needs its key in {CONTROL_HEADER}"))
+            await send_answer(send, error(401, f"the control endpoint needs its key in {CONTROL_HEADER}"))
             return
         try:
             body = await read_body(receive, self.body_limit)
         except BodyTooLarge as exc:
-            await send_answer(send, _error(413, str(exc)))
+            await send_answer(send, error(413, str(exc)))
             return
         method, path = scope["method"], scope["path"][len(PREFIX) :]
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
@@ -102,38 +90,38 @@ class ControlEndpoint:
 
     async def _route(self, method: str, path: str, query: dict[str, list[str]], body: bytes) -> Answer:
         if (method, path) == ("GET", "/info"):
-            return _answer(200, self.info)
+            return answer(200, self.info)
         if (method, path) == ("GET", "/sandboxes"):
-            return _answer(200, await self._sandboxes())
+            return answer(200, await self._sandboxes())
         if (method, path) == ("POST", "/sandboxes/kill") and self._kill_all is not None:
-            return _answer(200, {"killed": await self._kill_all()})
+            return answer(200, {"killed": await self._kill_all()})
         if (method, path) == ("GET", "/faults"):
-            return _answer(200, self.faults.rules())
+            return answer(200, self.faults.rules())
         if (method, path) == ("POST", "/faults"):
             return self._add_rule(body)
         if (method, path) == ("DELETE", "/faults"):
             self.faults.clear()
-            return _answer(204)
+            return answer(204)
         if (method, path) == ("GET", "/ledger/mark"):
-            return _answer(200, {"mark": self.ledger.mark()})
+            return answer(200, {"mark": self.ledger.mark()})
         if (method, path) == ("GET", "/ledger"):
             try:
                 since = int(query.get("since", ["0"])[0])
             except ValueError:
-                return _error(400, f"since must be an integer mark from {PREFIX}/ledger/mark")
-            return _answer(200, self.ledger.since(since))
-        return _error(404, f"no such control route: {method} {PREFIX}{path}")
+                return error(400, f"since must be an integer mark from {PREFIX}/ledger/mark")
+            return answer(200, self.ledger.since(since))
+        return error(404, f"no such control route: {method} {PREFIX}{path}")
 
     def _add_rule(self, body: bytes) -> Answer:
         try:
             rule = loads_bounded(body or b"{}", self.json_depth)
         except JSONTooDeep as exc:
-            return _error(400, f"bad fault rule: {exc}")
+            return error(400, f"bad fault rule: {exc}")
         except ValueError:
-            return _error(400, "bad fault rule: the body is not JSON")
+            return error(400, "bad fault rule: the body is not JSON")
         if not isinstance(rule, dict):
-            return _error(400, "bad fault rule: the body must be a JSON object")
+            return error(400, "bad fault rule: the body must be a JSON object")
         try:
-            return _answer(201, {"id": self.faults.add(rule)})
+            return answer(201, {"id": self.faults.add(rule)})
         except (ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
-            return _error(400, self._rule_error(exc))
+            return error(400, self._rule_error(exc))
