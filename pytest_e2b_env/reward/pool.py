@@ -151,6 +151,7 @@ class RewardPool:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._failure: BaseException | None = None
         self._closed = False
+        self._closing = "not closing"
 
     # ----------------------------------------------------------------- public surface
     @property
@@ -270,7 +271,12 @@ class RewardPool:
             self._commit(record)
 
     async def close(self) -> None:
-        """Kill every worker, sweep the run's metadata; :class:`CleanupError` with unresolved ids."""
+        """Kill every worker, sweep the run's metadata; :class:`CleanupError` with unresolved ids.
+
+        Bounded: every step is an SDK call with its own request timeout, and the whole close gets
+        :meth:`close_seconds` on top, so a wedged call becomes a :class:`CleanupError` naming the
+        step and the workers, never a hang at the end of a training run.
+        """
         loop = self._loop
         if loop is not None and loop is not asyncio.get_running_loop():
             if not loop.is_running():
@@ -280,12 +286,35 @@ class RewardPool:
             future = asyncio.run_coroutine_threadsafe(self.close(), loop)
             await asyncio.wrap_future(future)
             return
+        budget = self.close_seconds()
+        try:
+            async with asyncio.timeout(budget):
+                await self._close_now()
+        except TimeoutError:
+            ids = sorted(self._owned)
+            raise CleanupError(
+                f"reward pool run {self.run_id}: close did not finish in {budget:.0f} s "
+                f"(stuck in: {self._closing}); run 'pytest-e2b-env reap --run-id {self.run_id}'",
+                ids=ids,
+            ) from None
+
+    def close_seconds(self) -> float:
+        """The bound on :meth:`close`: a request timeout for each SDK call it may wait on, plus slack.
+
+        The calls: a creation in flight, the kills, then the sweep's listing and, per worker, up to
+        three kill and confirm rounds (run eight at a time).
+        """
+        return 8 * self._client.request_timeout + 5
+
+    async def _close_now(self) -> None:
         self._closed = True
+        self._closing = "waiting for creations under way"
         # Creations still waiting for their pacing slot are dropped; one whose create request is
         # in flight is awaited, so its sandbox is owned (and killed) rather than orphaned.
         for task in list(self._pacing):
             task.cancel()
         await asyncio.gather(*self._creations, return_exceptions=True)
+        self._closing = "stopping the heartbeat"
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             await asyncio.gather(self._heartbeat, return_exceptions=True)
@@ -293,7 +322,9 @@ class RewardPool:
         if self._loop is None:
             return  # never created anything
         owned = list(self._owned.values())
+        self._closing = f"killing {len(owned)} worker(s)"
         await asyncio.gather(*(self._discard(w) for w in owned))
+        self._closing = "sweeping the run's workers by metadata"
         try:
             remaining = await self._client.sweep()
         except Exception as exc:

@@ -90,21 +90,23 @@ def test_the_isolation_level_states_the_quotas(small: Emulator) -> None:
     reason = small.isolation_reason
     assert f"disk quota {DISK_MB} MiB" in reason or "no disk quota" in reason
     assert f"memory quota {MEMORY_MB + DISK_MB} MiB" in reason or "no memory quota" in reason
+    assert "2 CPUs each, equal shares" in reason or "no CPU quota" in reason
     assert os.path.isdir("/var/tmp/pytest-e2b-env")
 
 
-def test_memory_cgroups_of_a_killed_emulator_are_swept(small: Emulator) -> None:
-    """After an emulator dies by SIGKILL its sandboxes' memory cgroups are removed by the next backend."""
+@pytest.mark.parametrize("controller", ["memory", "cpu"])
+def test_cgroups_of_a_killed_emulator_are_swept(small: Emulator, controller: str) -> None:
+    """After an emulator dies by SIGKILL its sandboxes' cgroups are removed by the next backend."""
     import signal
 
     from e2b import Sandbox
     from emu_helpers import eventually
 
     from pytest_e2b_env.emulator.isolation import BASE_DIR, select_backend
-    from pytest_e2b_env.emulator.isolation.quota import _own_memory_cgroup
+    from pytest_e2b_env.emulator.isolation.quota import _own_cgroup
 
-    parent, why = _own_memory_cgroup()
-    if parent is None or "no memory quota" in small.isolation_reason:
+    parent, why = _own_cgroup(controller)
+    if parent is None or f"no {controller} quota" in small.isolation_reason.lower():
         pytest.skip(why or small.isolation_reason)
     with Emulator() as doomed:
         assert doomed.pid is not None
@@ -115,3 +117,50 @@ def test_memory_cgroups_of_a_killed_emulator_are_swept(small: Emulator) -> None:
         eventually(lambda: all(not (p / "tasks").read_text() for p in mine.iterdir() if p.is_dir()), 20)
     select_backend(root=BASE_DIR / f"{os.getpid()}-sweep", force="namespaces").close()
     assert not mine.exists()
+
+
+HOGS = 12
+SHARE = """
+import os, resource, sys, time
+n, seconds = int(sys.argv[1]), float(sys.argv[2])
+end = time.monotonic() + seconds
+pids = []
+for _ in range(n):
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()  # a session each, as hostile programs do: the kernel's autogroups do not help
+        while time.monotonic() < end:
+            pass
+        os._exit(0)
+    pids.append(pid)
+for pid in pids:
+    os.waitpid(pid, 0)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime)
+"""
+
+
+def test_a_sandbox_full_of_busy_processes_takes_a_share_not_the_host(small: Emulator) -> None:
+    """12 busy processes in one sandbox and 1 in another: the lone one gets about as much CPU as all 12.
+
+    E2B gives every sandbox CPUs of its own. Without a cgroup per sandbox the lone process would get
+    1/13 of the CPU here, and another sandbox's fork bomb would push correct programs past their
+    deadlines. Only CPU times of one run are compared (no wall-clock assertion).
+    """
+    from e2b import Sandbox
+
+    if "no CPU quota" in small.isolation_reason:
+        pytest.skip(small.isolation_reason)
+    crowd = Sandbox.create(timeout=120, **small.sdk_opts())
+    lone = Sandbox.create(timeout=120, **small.sdk_opts())
+    try:
+        for sbx in (crowd, lone):
+            sbx.files.write("/tmp/share.py", SHARE)
+        many = crowd.commands.run(f"python3 /tmp/share.py {HOGS} 3", background=True, timeout=60)
+        one = lone.commands.run("python3 /tmp/share.py 1 3", background=True, timeout=60)
+        crowd_cpu, lone_cpu = float(many.wait().stdout), float(one.wait().stdout)
+    finally:
+        crowd.kill()
+        lone.kill()
+    assert lone_cpu > 0.05
+    assert lone_cpu >= crowd_cpu / 4, (lone_cpu, crowd_cpu)
+    print(f"lone {lone_cpu:.2f} s CPU, crowd {crowd_cpu:.2f} s CPU")

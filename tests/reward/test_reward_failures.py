@@ -225,3 +225,25 @@ async def test_refused_renewal_aborts(make_pool: Callable[..., RewardPool], faul
     with pytest.raises(InfrastructureError, match="renewal refused"):
         await pool.code_reward([CORRECT], [TOTAL])
     assert pool.ledger == []
+
+
+async def test_close_is_bounded_when_a_step_hangs(
+    make_pool: Callable[..., RewardPool], emulator: Emulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kill that never answers makes close() a CleanupError naming the step and the worker, not a hang."""
+    pool = make_pool(workers=1)
+    assert await pool.code_reward([CORRECT], [TOTAL]) == [1.0]
+    (worker,) = workers_alive(emulator, pool)
+
+    async def wedged(sandbox_id: str) -> None:
+        await asyncio.Event().wait()  # an SDK call that outlives every timeout
+
+    monkeypatch.setattr(pool._client, "kill", wedged)
+    monkeypatch.setattr(pool._client, "request_timeout", 0.25)
+    assert pool.close_seconds() == pytest.approx(7.0)
+    stuck = r"close did not finish in 7 s \(stuck in: killing 1 worker"
+    with pytest.raises(CleanupError, match=stuck) as info:
+        await pool.close()
+    assert info.value.ids == (worker,)
+    assert "reap --run-id" in str(info.value)
+    monkeypatch.undo()  # the fixture's close then kills the worker for real (and checks it)

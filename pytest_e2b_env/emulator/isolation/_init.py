@@ -49,15 +49,16 @@ DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 
 
 def join_cgroup(cfg: dict[str, Any]) -> None:
-    """Enter the sandbox's memory cgroup first: everything of the sandbox is born in it.
+    """Enter the sandbox's memory and cpu cgroups first: everything of the sandbox is born in them.
 
     Where host root has CAP_SYS_RESOURCE, the init (forked from here) is the OOM killer's last
     choice in its sandbox: sandbox root cannot lower its own processes' score (that needs the
     same capability on the host), so a memory hog is killed before the init.
     """
-    if cfg.get("cgroup"):
-        with open(os.path.join(cfg["cgroup"], "cgroup.procs"), "w") as fh:
+    for path in cfg.get("cgroups") or ():
+        with open(os.path.join(path, "cgroup.procs"), "w") as fh:
             fh.write(str(os.getpid()))
+    if cfg.get("oom_first"):
         try:
             with open("/proc/self/oom_score_adj", "w") as fh:
                 fh.write("-999")

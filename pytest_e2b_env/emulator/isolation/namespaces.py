@@ -94,7 +94,7 @@ class NamespaceBox(Box):
         init_pid: int,
         internet: bool,
         network: str,
-        cgroup: Path | None = None,
+        cgroup: tuple[Path, ...] = (),
     ) -> None:
         self.sandbox_id = sandbox_id
         self.directory = directory
@@ -365,7 +365,8 @@ class NamespaceBackend(Backend):
         #: slirp4netns, the host's namespace (host loopback and other sandboxes reachable).
         self.internet_network = "own" if os.access(SLIRP4NETNS, os.X_OK) else "host"
         self.memory_mb, self.disk_mb = memory_mb, disk_mb
-        self._cgroups, self.memory_why = quota.MemoryCgroups.open()
+        self.cpus = quota.DEFAULT_CPUS
+        self._cgroups = quota.Cgroups.open()
         #: Set by the probe: whether the sandbox's writable layer got its own size-capped tmpfs.
         self.disk_quota = False
         self._private = _private_paths()
@@ -412,24 +413,29 @@ class NamespaceBackend(Backend):
             disk = f"disk quota {self.disk_mb} MiB and {quota.FILES} files (own tmpfs)"
         else:
             disk = "no disk quota (tmpfs without user xattrs before Linux 6.6)"
-        if self._cgroups is None:
-            return f"{disk}; no memory quota ({self.memory_why})"
-        return f"{disk}; memory quota {self.memory_mb + self.disk_mb} MiB incl. files (cgroup v1 memory)"
+        if self._cgroups.has("memory"):
+            memory = f"memory quota {self.memory_mb + self.disk_mb} MiB incl. files (cgroup v1 memory)"
+        else:
+            memory = f"no memory quota ({self._cgroups.why['memory']})"
+        if self._cgroups.has("cpu"):
+            cpu = f"{self.cpus} CPUs each, equal shares (cgroup v1 cpu)"
+        else:
+            cpu = f"no CPU quota ({self._cgroups.why['cpu']})"
+        return f"{disk}; {memory}; {cpu}"
 
     @contextlib.contextmanager
-    def forking_into(self, cgroup: Path | None) -> Iterator[None]:
-        """Children this thread forks in the block are born in ``cgroup`` (no-op without one)."""
-        if cgroup is None or self._cgroups is None:
+    def forking_into(self, cgroups: tuple[Path, ...]) -> Iterator[None]:
+        """Children this thread forks in the block are born in ``cgroups`` (no-op without any)."""
+        if not cgroups:
             yield
             return
-        with self._cgroups.forking_into(cgroup):
+        with self._cgroups.forking_into(cgroups):
             yield
 
-    def release_cgroup(self, cgroup: Path | None) -> None:
-        """Remove a dead sandbox's memory cgroup."""
-        if cgroup is not None and self._cgroups is not None:
-            with contextlib.suppress(OSError):
-                self._cgroups.remove(cgroup)
+    def release_cgroup(self, cgroups: tuple[Path, ...]) -> None:
+        """Remove a dead sandbox's cgroups."""
+        with contextlib.suppress(OSError):
+            self._cgroups.remove(cgroups)
 
     def discard(self, directory: Path) -> None:
         """Move a dead sandbox's files out of the way at once and delete them in the background."""
@@ -455,15 +461,11 @@ class NamespaceBackend(Backend):
         os.chown(directory, base, base)
         for sub in ("lower", "root", "rw"):
             (directory / sub).mkdir(mode=0o755)
-        cgroup = None
-        if self._cgroups is not None:
-            try:
-                cgroup = self._cgroups.create(directory.name, self.memory_mb + self.disk_mb)
-            except OSError as exc:
-                remove_tree_quietly(directory)
-                raise InfrastructureError(
-                    f"sandbox {sandbox_id}: cannot create its memory cgroup: {exc}"
-                ) from None
+        try:
+            cgroup = self._cgroups.create(directory.name, self.memory_mb + self.disk_mb, self.cpus)
+        except OSError as exc:
+            remove_tree_quietly(directory)
+            raise InfrastructureError(f"sandbox {sandbox_id}: cannot create its cgroups: {exc}") from None
         parent, child = socket.socketpair()
         box: NamespaceBox | None = None
         cfg = {
@@ -477,7 +479,8 @@ class NamespaceBackend(Backend):
             "work": str(directory / "rw" / "work"),
             "disk_mb": self.disk_mb,
             "files": quota.FILES,
-            "cgroup": None if cgroup is None else str(cgroup),
+            "cgroups": [str(path) for path in cgroup],
+            "oom_first": self._cgroups.has("memory"),
         }
         try:
             try:
@@ -552,8 +555,7 @@ class NamespaceBackend(Backend):
                 os.close(fd)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._zygote.wait(timeout=10)
-        if self._cgroups is not None:
-            self._cgroups.close()
+        self._cgroups.close()
         self._doomed.put(None)
         self._remover.join(timeout=60)
         remove_tree_quietly(self.root)

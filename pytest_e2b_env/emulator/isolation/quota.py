@@ -11,7 +11,11 @@
   The builder enters it before anything of the sandbox exists; commands, forked by the
   emulator, are born in it because the forking thread enters it for the fork (v1 cgroups
   are per thread). Past the limit the kernel's OOM killer ends a process of that sandbox only.
-  cgroup v2 is not used yet (no memory quota on hosts with only v2).
+* **CPU.** Likewise a cgroup of the v1 cpu controller: every sandbox weighs the same
+  (``cpu.shares``) and may use at most its vCPUs (``cpu.cfs_quota_us``, 2 as E2B's default), so
+  a fork bomb in one sandbox slows the others by a share, as on E2B, not by hundreds of
+  runnable processes.
+* cgroup v2 is not used yet (no memory or CPU quota on hosts with only v2).
 """
 
 from __future__ import annotations
@@ -25,81 +29,127 @@ from pathlib import Path
 #: What the control plane reports for every sandbox (``memoryMB``, ``diskSizeMB``), as E2B's default.
 DEFAULT_MEMORY_MB = 512
 DEFAULT_DISK_MB = 1024
+#: The vCPUs the control plane reports (``cpuCount``) and the CPU quota of each sandbox.
+DEFAULT_CPUS = 2
 #: Files and directories one sandbox may create (tmpfs inodes).
 FILES = 131072
 _TAG = "pytest-e2b-env-"
 
 
-def _own_memory_cgroup() -> tuple[Path | None, str]:
-    """The directory of this process's cgroup v1 memory cgroup, or None and why not."""
+def _own_cgroup(controller: str) -> tuple[Path | None, str]:
+    """The directory of this process's cgroup v1 ``controller`` cgroup, or None and why not."""
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
         mounts = Path("/proc/self/mountinfo").read_text().splitlines()
     except OSError as exc:
         return None, f"cannot read /proc/self: {exc.strerror}"
-    path = next((ln.split(":", 2)[2] for ln in lines if "memory" in ln.split(":")[1].split(",")), None)
+    path = next((ln.split(":", 2)[2] for ln in lines if controller in ln.split(":")[1].split(",")), None)
     if path is None:
-        return None, "no cgroup v1 memory controller (cgroup v2 is not supported yet)"
+        return None, f"no cgroup v1 {controller} controller (cgroup v2 is not supported yet)"
     for line in mounts:
         left, _, right = line.partition(" - ")
         fields, extra = left.split(), right.split()
-        if len(extra) >= 3 and extra[0] == "cgroup" and "memory" in extra[2].split(","):
+        if len(extra) >= 3 and extra[0] == "cgroup" and controller in extra[2].split(","):
             root, point = fields[3], fields[4]
             if path.startswith(root):
                 return Path(point) / path[len(root) :].lstrip("/"), ""
-    return None, "the cgroup v1 memory controller is not mounted"
+    return None, f"the cgroup v1 {controller} controller is not mounted"
 
 
-class MemoryCgroups:
-    """One memory cgroup per sandbox below ``parent/pytest-e2b-env-<pid>``."""
+class _Controller:
+    """One cgroup v1 controller: a group per sandbox below ``parent/pytest-e2b-env-<pid>``."""
 
-    def __init__(self, parent: Path) -> None:
+    def __init__(self, name: str, parent: Path) -> None:
+        self.name = name
         self.parent = parent
         self.root = parent / f"{_TAG}{os.getpid()}"
         self.root.mkdir(exist_ok=True)
-        self._home = parent / "tasks"
+        self.home = parent / "tasks"
 
     @classmethod
-    def open(cls) -> tuple[MemoryCgroups | None, str]:
-        """The controller for this emulator, or None and the reason."""
-        parent, why = _own_memory_cgroup()
+    def open(cls, name: str) -> tuple[_Controller | None, str]:
+        parent, why = _own_cgroup(name)
         if parent is None:
             return None, why
         _sweep(parent)
         try:
-            return cls(parent), ""
+            return cls(name, parent), ""
         except OSError as exc:
-            return None, f"cannot create a memory cgroup below {parent}: {exc.strerror}"
+            return None, f"cannot create a {name} cgroup below {parent}: {exc.strerror}"
 
-    def create(self, name: str, limit_mb: int) -> Path:
-        """A cgroup for one sandbox, limited to ``limit_mb`` MiB."""
-        path = self.root / name
-        path.mkdir()
+
+class Cgroups:
+    """Per-sandbox cgroups of the v1 memory and cpu controllers (either may be missing).
+
+    * memory: ``memory.limit_in_bytes`` of ``memory_mb + disk_mb`` MiB (see the module doc);
+    * cpu: an equal ``cpu.shares`` weight per sandbox and a CFS quota of the sandbox's vCPUs
+      (E2B gives each sandbox CPUs of its own: here one sandbox's fork bomb gets its share of
+      the host, not the whole host, so the other sandboxes' deadlines still mean something).
+    """
+
+    def __init__(self, controllers: list[_Controller], why: dict[str, str]) -> None:
+        self._controllers = controllers
+        self.why = why  # controller name -> why it is not used
+
+    @classmethod
+    def open(cls) -> Cgroups:
+        """The controllers this emulator can use (as root, on cgroup v1), and why not the others."""
+        controllers, why = [], {}
+        for name in ("memory", "cpu"):
+            controller, reason = _Controller.open(name)
+            if controller is None:
+                why[name] = reason
+            else:
+                controllers.append(controller)
+        return cls(controllers, why)
+
+    def has(self, name: str) -> bool:
+        """Whether sandboxes get a cgroup of controller ``name``."""
+        return any(c.name == name for c in self._controllers)
+
+    def create(self, name: str, limit_mb: int, cpus: int) -> tuple[Path, ...]:
+        """The cgroups of one sandbox: ``limit_mb`` MiB of memory, ``cpus`` CPUs of CFS quota."""
+        made: list[Path] = []
         try:
-            (path / "memory.limit_in_bytes").write_text(str(limit_mb << 20))
+            for controller in self._controllers:
+                path = controller.root / name
+                path.mkdir()
+                made.append(path)
+                if controller.name == "memory":
+                    (path / "memory.limit_in_bytes").write_text(str(limit_mb << 20))
+                else:
+                    period = int((path / "cpu.cfs_period_us").read_text())
+                    (path / "cpu.cfs_quota_us").write_text(str(cpus * period))
         except OSError:
-            self.remove(path)
+            self.remove(tuple(made))
             raise
-        return path
+        return tuple(made)
 
     @contextlib.contextmanager
-    def forking_into(self, path: Path) -> Iterator[None]:
-        """Children forked by this thread inside the block are born in ``path``."""
+    def forking_into(self, paths: tuple[Path, ...]) -> Iterator[None]:
+        """Children forked by this thread inside the block are born in ``paths``."""
         tid = str(threading.get_native_id())
-        (path / "tasks").write_text(tid)
+        entered = []
         try:
+            for path in paths:
+                (path / "tasks").write_text(tid)
+                entered.append(path)
             yield
         finally:
-            self._home.write_text(tid)
+            for controller in self._controllers:
+                if any(p.parent == controller.root for p in entered):
+                    controller.home.write_text(tid)
 
-    def remove(self, path: Path) -> None:
-        """Remove a sandbox's cgroup (it must be empty: its processes are gone)."""
-        with contextlib.suppress(FileNotFoundError):
-            path.rmdir()
+    def remove(self, paths: tuple[Path, ...]) -> None:
+        """Remove a sandbox's cgroups (they must be empty: its processes are gone)."""
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError):
+                path.rmdir()
 
     def close(self) -> None:
         """Remove every cgroup of this emulator (best effort: a busy one is swept later)."""
-        _remove_tree(self.root)
+        for controller in self._controllers:
+            _remove_tree(controller.root)
 
 
 def _remove_tree(root: Path) -> None:
