@@ -45,6 +45,8 @@ OUTSIDE = ("tmp_private", "shm_private", "daemon_reaped", "deadline_kills")
 MAX_NPROC = 256
 MAX_FSIZE = 64 << 20
 MAX_ADDRESS_SPACE = 4 << 30
+MAX_PARALLEL_CASES = 16
+NOBODY = 65534
 # Aggregate memory of one case: every process at its address-space limit, plus both scratch
 # tmpfs. Memory charged to no address space (memfd, SysV IPC, BPF maps, a tmpfs of a nested
 # user namespace) is refused by the case's seccomp filter, which the probe proves.
@@ -66,15 +68,21 @@ def check_preflight(sandbox_id: str, answer: dict[str, Any], limits: Limits) -> 
         reported = {}
     for name in INSIDE:
         checks[name] = reported.get(name) is True
+    # In a user namespace of its own an unmapped uid (worker root) reads as 65534 from inside:
+    # the runner's view from outside must agree.
+    checks["uid_nobody"] = checks["uid_nobody"] and probe.get("uid") == NOBODY
     outside = answer.get("outside") or {}
     for name in OUTSIDE:
         checks[name] = outside.get(name) is True
+    # Side by side, cases must not share a user (its process count): each needs its own namespace.
+    checks["cases_separate"] = answer.get("parallel") == 1 or reported.get("own_userns") is True
     checks["probe_exit_zero"] = probe.get("exit_code") == 0 and not probe.get("timed_out")
     checks["limits_within_ceilings"] = (
         0 < limits.nproc <= MAX_NPROC
         and 0 < limits.fsize_bytes <= MAX_FSIZE
         and 0 < limits.address_space_bytes <= MAX_ADDRESS_SPACE
         and limits.output_bytes <= 65536
+        and 1 <= limits.parallel_cases <= MAX_PARALLEL_CASES
     )
     checks["case_memory_bounded"] = case_memory_bytes(limits) <= MAX_CASE_MEMORY
     failed = sorted(name for name, ok in checks.items() if not ok)

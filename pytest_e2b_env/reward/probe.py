@@ -228,6 +228,12 @@ def _fsize_enforced(limit):
     return False
 
 
+def _id_map(name):
+    """This process's user namespace map as [inside, outside, count] rows."""
+    with open(f"/proc/self/{name}", encoding="utf-8") as fh:
+        return [[int(x) for x in line.split()] for line in fh if line.strip()]
+
+
 def main():
     spec = json.loads(sys.stdin.read())
     limits = spec["limits"]
@@ -248,6 +254,9 @@ def main():
     checks["net_namespace"] = os.stat("/proc/self/ns/net").st_ino != spec["outer_netns"]
     checks["ipc_namespace"] = os.stat("/proc/self/ns/ipc").st_ino != spec["outer_ipcns"]
     checks["uts_namespace"] = os.stat("/proc/self/ns/uts").st_ino != spec["outer_utsns"]
+    checks["own_userns"] = os.stat("/proc/self/ns/user").st_ino != spec["outer_userns"] and all(
+        _id_map(name) == [[NOBODY, NOBODY, 1]] for name in ("uid_map", "gid_map")
+    )
     checks["only_loopback"] = {name for _, name in socket.if_nameindex()} <= {"lo"}
     checks["loopback_unreachable"] = _connect_fails("127.0.0.1", spec["listen_port"])
     checks["egress_unreachable"] = _connect_fails("1.1.1.1", 53) and _connect_fails("8.8.8.8", 443)

@@ -41,6 +41,7 @@ CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
+CLONE_NEWUSER = 0x10000000
 MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
@@ -207,7 +208,47 @@ def _install_seccomp(fprog: _SockFprog) -> None:
     _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp filter")
 
 
-def _isolate_and_exec(spec: dict, code_path: str, stdin_fd: int, out_fd: int, err_pipe: int) -> None:
+def _make_userns() -> int:
+    """A user namespace of the case's own, held by fd: only uid and gid 65534 mapped, no root.
+
+    A short-lived child creates it and A (root of the worker) writes its maps. Cases running side
+    by side then share no per-user count (Linux 5.14+ counts RLIMIT_NPROC, pending signals and
+    inotify per user namespace): a fork bomb in one case cannot make a sibling's exec fail.
+    """
+    ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
+    hold_r, hold_w = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(ready_r)
+            os.close(hold_w)
+            ok = _libc.unshare(CLONE_NEWUSER) == 0
+            os.write(ready_w, b"u" if ok else b"!")
+            os.read(hold_r, 1)  # until A holds the namespace
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    os.close(hold_r)
+    try:
+        ready, _, _ = select.select([ready_r], [], [], SETUP_SECONDS)
+        if not ready or os.read(ready_r, 1) != b"u":
+            raise SetupError("user namespace: the kernel refused to create one")
+        for name in ("uid_map", "gid_map"):
+            fd = os.open(f"/proc/{pid}/{name}", os.O_WRONLY)
+            try:
+                os.write(fd, f"{NOBODY} {NOBODY} 1\n".encode())
+            finally:
+                os.close(fd)
+        return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        os.close(ready_r)
+        os.close(hold_w)
+        os.waitpid(pid, 0)
+
+
+def _isolate_and_exec(
+    spec: dict, code_path: str, stdin_fd: int, out_fd: int, err_pipe: int, userns_fd: int | None
+) -> None:
     """Runs in B (pid 1 of the new pid namespace); never returns."""
     limits = spec["limits"]
     iso = spec["isolation"]
@@ -226,6 +267,11 @@ def _isolate_and_exec(spec: dict, code_path: str, stdin_fd: int, out_fd: int, er
             if os.path.isdir("/dev/shm"):
                 _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, scratch)
         os.chdir("/tmp")
+        if userns_fd is not None:
+            # Its mounts are done (they stay the worker root's); from here on B is root of
+            # the case's own user namespace, where only uid 65534 exists.
+            _check(_libc.setns(userns_fd, CLONE_NEWUSER), "setns user namespace")
+            os.close(userns_fd)
         import resource
 
         cpu = int(limits["cpu_seconds"])
@@ -289,6 +335,23 @@ def _runqueue_seconds(proc_fd: int | None, pid: int) -> float | None:
         os.close(fd)
 
 
+def _uid_of(proc_fd: int | None, pid: int) -> int | None:
+    """``pid``'s real uid as the worker sees it (inside its own user namespace it may look mapped)."""
+    if proc_fd is None:
+        return None
+    try:
+        fd = os.open(f"{pid}/status", os.O_RDONLY, dir_fd=proc_fd)
+    except OSError:
+        return None
+    try:
+        lines = os.read(fd, 4096).decode("ascii", "replace").splitlines()
+        return next((int(line.split()[1]) for line in lines if line.startswith("Uid:")), None)
+    except (OSError, ValueError, IndexError):
+        return None
+    finally:
+        os.close(fd)
+
+
 def _open_proc() -> int | None:
     """This pid namespace's ``/proc``, held open: the case mounts its own ``/proc`` over it."""
     try:
@@ -339,6 +402,8 @@ def _supervise(spec: dict, code_path: str, stdin_fd: int, out_fd: int, status_fd
         flags |= CLONE_NEWNS if iso["mount_private"] else 0
         flags |= CLONE_NEWPID if iso["pid"] else 0
         flags |= CLONE_NEWNET if iso["network"] else 0
+        # before the pid namespace: its helper must not become the namespace's pid 1
+        userns_fd = _make_userns() if spec["userns"] else None
         _check(_libc.unshare(flags), "unshare")
         # before the fork: the case's pid 1 mounts a fresh /proc of its own namespace over this one
         proc_fd = _open_proc()
@@ -346,9 +411,11 @@ def _supervise(spec: dict, code_path: str, stdin_fd: int, out_fd: int, status_fd
         pid = os.fork()
         if pid == 0:
             os.close(err_r)
-            _isolate_and_exec(spec, code_path, stdin_fd, out_fd, err_w)
+            _isolate_and_exec(spec, code_path, stdin_fd, out_fd, err_w, userns_fd)
         os.close(err_w)
         os.close(out_fd)
+        if userns_fd is not None:
+            os.close(userns_fd)
         ready, _, _ = select.select([err_r], [], [], SETUP_SECONDS)
         setup = os.read(err_r, 4096) if ready else b"setup did not finish"
         os.close(err_r)
@@ -358,6 +425,7 @@ def _supervise(spec: dict, code_path: str, stdin_fd: int, out_fd: int, status_fd
             report = {"setup_error": setup.decode("utf-8", "replace")}
         else:
             started = time.monotonic()
+            uid = _uid_of(proc_fd, pid)  # B has exec'd: the program's own credentials
             status, timed_out = _wait_deadline(
                 pid, spec["case_seconds"], spec["limits"]["wall_slack"], proc_fd
             )
@@ -366,6 +434,9 @@ def _supervise(spec: dict, code_path: str, stdin_fd: int, out_fd: int, status_fd
                 "seconds": round(time.monotonic() - started, 6),
                 "timed_out": timed_out,
                 "exit_code": os.waitstatus_to_exitcode(status),
+                "uid": uid,
+                "started": round(started, 6),  # the worker's monotonic clock: cases side by side overlap
+                "ended": round(time.monotonic(), 6),
             }
     except BaseException as exc:
         report = {"setup_error": f"{type(exc).__name__}: {exc}"}
@@ -375,77 +446,123 @@ def _supervise(spec: dict, code_path: str, stdin_fd: int, out_fd: int, status_fd
         os._exit(0)
 
 
-def run_case(spec: dict, code_path: str, stdin_data: bytes) -> dict:
-    """Run one case in a fresh isolated process tree; returns its record (output base64)."""
-    cap = spec["limits"]["output_bytes"]
-    stdin_fd = os.memfd_create("case-input", 0)
-    os.write(stdin_fd, stdin_data)
-    os.lseek(stdin_fd, 0, os.SEEK_SET)
-    out_r, out_w = os.pipe()
-    st_r, st_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(out_r)
-        os.close(st_r)
-        _supervise(spec, code_path, stdin_fd, out_w, st_w)
-    os.close(out_w)
-    os.close(st_w)
-    os.close(stdin_fd)
-    chunks: list[bytes] = []
-    size = 0
-    truncated = False
-    status_raw = b""
-    status_done = False
-    # The deadline is A's job; this bound only protects the runner from a wedged A.
-    give_up = time.monotonic() + SETUP_SECONDS + spec["case_seconds"] * spec["limits"]["wall_slack"] + 5
-    reading = True
-    while reading or not status_done:
-        remaining = give_up - time.monotonic()
-        watch = ([out_r] if reading else []) + ([] if status_done else [st_r])
-        ready, _, _ = select.select(watch, [], [], max(remaining, 0.0))
-        if not ready:
-            os.kill(pid, signal.SIGKILL)
-            break
-        if st_r in ready:
-            piece = os.read(st_r, 65536)
-            status_raw += piece
-            status_done = not piece
-            if status_done and reading:
+class _Run:
+    """One case in flight: its supervisor A, the output it streams and the status A reports."""
+
+    def __init__(self, spec: dict, code_path: str, stdin_data: bytes) -> None:
+        self.cap = spec["limits"]["output_bytes"]
+        stdin_fd = os.memfd_create("case-input", 0)
+        os.write(stdin_fd, stdin_data)
+        os.lseek(stdin_fd, 0, os.SEEK_SET)
+        self.out_r, out_w = os.pipe()
+        self.st_r, st_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            os.close(self.out_r)
+            os.close(self.st_r)
+            _supervise(spec, code_path, stdin_fd, out_w, st_w)
+        os.close(out_w)
+        os.close(st_w)
+        os.close(stdin_fd)
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.truncated = False
+        self.status_raw = b""
+        self.status_done = False
+        self.reading = True
+        # The deadline is A's job; this bound only protects the runner from a wedged A.
+        self.give_up = (
+            time.monotonic() + SETUP_SECONDS + spec["case_seconds"] * spec["limits"]["wall_slack"] + 5
+        )
+
+    @property
+    def done(self) -> bool:
+        return not self.reading and self.status_done
+
+    def fds(self) -> list[int]:
+        return ([self.out_r] if self.reading else []) + ([] if self.status_done else [self.st_r])
+
+    def _keep(self, chunk: bytes) -> None:
+        self.chunks.append(chunk)
+        self.size += len(chunk)
+
+    def on_ready(self, ready: set[int]) -> None:
+        if self.st_r in ready:
+            piece = os.read(self.st_r, 65536)
+            self.status_raw += piece
+            self.status_done = not piece
+            if self.status_done and self.reading:
                 # B is reaped: whatever it wrote is in the pipe now. A writer that outlived it
                 # (only possible with a weakened pid namespace) must not hold us up.
-                os.set_blocking(out_r, False)
+                os.set_blocking(self.out_r, False)
                 try:
-                    while size <= cap:
-                        chunk = os.read(out_r, 65536)
+                    while self.size <= self.cap:
+                        chunk = os.read(self.out_r, 65536)
                         if not chunk:
                             break
-                        chunks.append(chunk)
-                        size += len(chunk)
+                        self._keep(chunk)
                 except BlockingIOError:
                     pass
-                truncated = size > cap
-                reading = False
-        if reading and out_r in ready:
-            chunk = os.read(out_r, 65536)
+                self.truncated = self.size > self.cap
+                self.reading = False
+        if self.reading and self.out_r in ready:
+            chunk = os.read(self.out_r, 65536)
             if not chunk:
-                reading = False
+                self.reading = False
             else:
-                chunks.append(chunk)
-                size += len(chunk)
-                if size > cap:
-                    truncated = True  # keep cap+1 bytes: enough to prove the overflow
-                    reading = False
-                    os.close(out_r)  # the writer now gets EPIPE / SIGPIPE instead of blocking
-                    out_r = -1
-    if out_r >= 0:
-        os.close(out_r)
-    os.close(st_r)
-    os.waitpid(pid, 0)
-    report = json.loads(status_raw.decode() or '{"setup_error": "supervisor died"}')
-    output = b"".join(chunks)[: cap + 1]
-    report["output_b64"] = base64.b64encode(output).decode()
-    report["output_truncated"] = truncated
-    return report
+                self._keep(chunk)
+                if self.size > self.cap:
+                    self.truncated = True  # keep cap+1 bytes: enough to prove the overflow
+                    self.reading = False
+                    os.close(self.out_r)  # the writer now gets EPIPE / SIGPIPE instead of blocking
+                    self.out_r = -1
+
+    def abandon(self) -> None:
+        """A is wedged past every bound: kill it (B dies with it, being its pid namespace's init)."""
+        os.kill(self.pid, signal.SIGKILL)
+        self.reading = False
+        self.status_done = True
+
+    def finish(self) -> dict:
+        if self.out_r >= 0:
+            os.close(self.out_r)
+        os.close(self.st_r)
+        os.waitpid(self.pid, 0)
+        report = json.loads(self.status_raw.decode() or '{"setup_error": "supervisor died"}')
+        output = b"".join(self.chunks)[: self.cap + 1]
+        report["output_b64"] = base64.b64encode(output).decode()
+        report["output_truncated"] = self.truncated
+        return report
+
+
+def run_cases(spec: dict, code_path: str, inputs: list[bytes], width: int = 1) -> list[dict]:
+    """Run each input as a case in its own isolated process tree, ``width`` at a time; in input order."""
+    reports: list[dict | None] = [None] * len(inputs)
+    running: dict[int, _Run] = {}
+    pending = list(enumerate(inputs))
+    while pending or running:
+        while pending and len(running) < max(width, 1):
+            index, data = pending.pop(0)
+            running[index] = _Run(spec, code_path, data)
+        watch = [fd for run in running.values() for fd in run.fds()]
+        wait = min(run.give_up for run in running.values()) - time.monotonic()
+        ready, _, _ = select.select(watch, [], [], max(wait, 0.0))
+        now = time.monotonic()
+        for index, run in list(running.items()):
+            mine = set(ready) & set(run.fds())
+            if mine:
+                run.on_ready(mine)
+            elif now >= run.give_up:
+                run.abandon()
+            if run.done:
+                reports[index] = run.finish()
+                del running[index]
+    return [report for report in reports if report is not None]
+
+
+def run_case(spec: dict, code_path: str, stdin_data: bytes) -> dict:
+    """Run one case in a fresh isolated process tree; returns its record (output base64)."""
+    return run_cases(spec, code_path, [stdin_data])[0]
 
 
 def _processes_of(uid: int, needle: str) -> list[int]:
@@ -496,7 +613,7 @@ def evaluate(spec: dict, code: bytes, inputs: list[bytes]) -> dict:
     job_dir = os.path.join(HOME, "jobs", spec["nonce"])
     code_path = _write_code(job_dir, code)
     try:
-        return {"cases": [run_case(spec, code_path, data) for data in inputs]}
+        return {"cases": run_cases(spec, code_path, inputs, spec["parallel"])}
     finally:
         _remove_job(job_dir)
 
@@ -522,6 +639,7 @@ def preflight(spec: dict, code: bytes) -> dict:
             "outer_pidns": os.stat("/proc/self/ns/pid").st_ino,
             "outer_ipcns": os.stat("/proc/self/ns/ipc").st_ino,
             "outer_utsns": os.stat("/proc/self/ns/uts").st_ino,
+            "outer_userns": os.stat("/proc/self/ns/user").st_ino,
             "listen_port": port,
             "limits": spec["limits"],
             "forbidden_writes": ["/", "/etc", "/usr", HOME, "/var/tmp"],
@@ -558,15 +676,48 @@ def preflight(spec: dict, code: bytes) -> dict:
     }
     return {
         "probe": probe,
+        "parallel": spec["parallel"],
         "outside": outside,
         "leftovers": [_describe_pid(pid) for pid in sorted(leftovers)],
     }
+
+
+_USERNS: list[bool] = []  # whether a case can get a user namespace here, found out once
+
+
+def _userns_available() -> bool:
+    """Linux 5.14+ (per-namespace process counts) and a user namespace a child can create."""
+    if not _USERNS:
+        try:
+            release = tuple(int(part) for part in os.uname().release.split(".")[:2])
+        except ValueError:
+            release = (0, 0)
+        works = False
+        if release >= (5, 14):
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0 if _libc.unshare(CLONE_NEWUSER) == 0 else 1)
+            works = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+        _USERNS.append(works)
+    return _USERNS[0]
+
+
+def _plan(spec: dict) -> None:
+    """Whether cases get their own user namespace, and how many run side by side.
+
+    Side by side only with a user namespace per case: without one, the cases' processes would
+    count against one uid's RLIMIT_NPROC, and a fork bomb in one would fail a sibling's setup.
+    """
+    available = _userns_available()
+    spec["userns"] = available and spec["isolation"].get("case_userns", True)
+    spec["parallel"] = max(1, int(spec["limits"].get("parallel_cases", 1))) if available else 1
 
 
 def handle(raw: bytes) -> bytes:
     """One request (header line, program, inputs) to one JSON answer line."""
     header_line, _, body = raw.partition(b"\n")
     spec = json.loads(header_line)
+    _plan(spec)
     code = body[: spec["code_bytes"]]
     offset = spec["code_bytes"]
     inputs = []

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable
 
 import pytest
 from reward_helpers import TOTAL, completion, program
 
+from pytest_e2b_env.emulator import Emulator
 from pytest_e2b_env.reward import Isolation, Limits, PreflightError, RewardPool
+from pytest_e2b_env.reward.protocol import Payload
+from pytest_e2b_env.reward.workers import WorkerClient, probe_source
 
 pytestmark = pytest.mark.namespaces
 
@@ -72,6 +76,7 @@ async def test_uploaded_inputs_are_unreadable_by_cases(make_pool: Callable[..., 
     [
         (Isolation(seccomp=False), ("userns_denied", "keyring_denied", "memfd_denied", "sysv_ipc_denied")),
         (Isolation(private_inputs=False), ("inputs_private",)),
+        (Isolation(case_userns=False), ("cases_separate",)),  # side by side under one uid
     ],
 )
 async def test_preflight_refuses_weaker_case_isolation(
@@ -92,3 +97,50 @@ async def test_preflight_refuses_an_unbounded_case_memory(make_pool: Callable[..
     with pytest.raises(PreflightError, match="case_memory_bounded"):
         await pool.code_reward([CORRECT], [TOTAL])
     assert pool.ledger == []
+
+
+async def test_cases_of_a_candidate_run_side_by_side_each_in_its_own_user_namespace(
+    emulator: Emulator, runner_supported: None
+) -> None:
+    """The runner starts every case at once, each as uid 65534 in a user namespace of its own."""
+    client = WorkerClient(
+        template="base",
+        run_id="side-by-side",
+        lifetime_seconds=120,
+        request_timeout=15,
+        api_opts=emulator.sdk_opts(),
+    )
+    worker = await client.create()
+    try:
+        preflight = await client.install_and_preflight(worker, Payload("preflight", probe_source(), [], 5.0))
+        assert preflight["parallel"] == Limits().parallel_cases == 4
+        sleeper = (
+            b"import os, sys, time\ntime.sleep(3)\n"
+            b"print(os.stat('/proc/self/ns/user').st_ino, os.getuid(), sys.stdin.read())\n"
+        )
+        answer = await client.run(worker, Payload("run", sleeper, [b"a", b"b", b"c"], 10.0), 60)
+    finally:
+        await client.kill(worker.sandbox_id)
+    cases = answer["cases"]
+    printed = [base64.b64decode(c["output_b64"]).decode().split() for c in cases]
+    assert [p[2] for p in printed] == ["a", "b", "c"]
+    assert len({p[0] for p in printed}) == 3  # a user namespace each
+    assert {p[1] for p in printed} == {"65534"}
+    assert {c["uid"] for c in cases} == {65534}
+    assert max(c["started"] for c in cases) < min(c["ended"] for c in cases)  # all ran at once
+
+
+async def test_a_fork_bomb_case_does_not_fail_its_siblings(make_pool: Callable[..., RewardPool]) -> None:
+    """Cases side by side share no process count: a fork bomb fails its own case, never a sibling's start."""
+    cases = [
+        {"input": json.dumps([{"customer": "bomb", "tokens": 1}]), "output": json.dumps({"bomb": 1})},
+        *TOTAL,
+    ]
+    pool = make_pool(workers=1)
+    scores = await pool.code_reward([completion(program("fork_bomb_one_case")), CORRECT], [cases, TOTAL])
+    assert scores == [pytest.approx(len(TOTAL) / len(cases)), 1.0]
+    record = [r for r in pool.ledger if r["index"] == 0][-1]
+    assert [c["reason"] for c in record["cases"]][1:] == ["passed"] * len(TOTAL)
+    assert record["cases"][0]["reason"] != "passed"
+    assert pool.metrics["infrastructure_retries"] == 0
+    assert pool.metrics["workers_created"] == 1
