@@ -132,15 +132,17 @@ async def test_cases_of_a_candidate_run_side_by_side_each_in_its_own_user_namesp
 
 async def test_a_fork_bomb_case_does_not_fail_its_siblings(make_pool: Callable[..., RewardPool]) -> None:
     """Cases side by side share no process count: a fork bomb fails its own case, never a sibling's start."""
+    # More cases than run at once: the later ones start while the bomb holds its process limit.
+    siblings = (TOTAL * Limits().parallel_cases)[: Limits().parallel_cases + 2]
     cases = [
         {"input": json.dumps([{"customer": "bomb", "tokens": 1}]), "output": json.dumps({"bomb": 1})},
-        *TOTAL,
+        *siblings,
     ]
     pool = make_pool(workers=1)
     scores = await pool.code_reward([completion(program("fork_bomb_one_case")), CORRECT], [cases, TOTAL])
-    assert scores == [pytest.approx(len(TOTAL) / len(cases)), 1.0]
+    assert scores == [pytest.approx(len(siblings) / len(cases)), 1.0]
     record = [r for r in pool.ledger if r["index"] == 0][-1]
-    assert [c["reason"] for c in record["cases"]][1:] == ["passed"] * len(TOTAL)
+    assert [c["reason"] for c in record["cases"]][1:] == ["passed"] * len(siblings)
     assert record["cases"][0]["reason"] != "passed"
     assert pool.metrics["infrastructure_retries"] == 0
     assert pool.metrics["workers_created"] == 1
