@@ -1,12 +1,23 @@
 #!/usr/bin/env python3
-"""Benchmark the reward pool on the local emulator: candidates/s with 1, 2 and 4 warm workers.
+"""Benchmark the reward pool on the local emulator against the bare floor and a cookbook-shaped pool.
 
-Each candidate is the correct total-tokens program with 3 test cases. The floor is running the
-same program bare in a subprocess 3 times (one per case input). Prints one JSON object:
-throughput, time per candidate vs the floor (ratio), queue-wait share, and where the time goes
-(SDK round trip of an empty command, runner overhead, per-case isolated runs).
+Each candidate is the correct total-tokens program with 3 test cases. Per worker count, rounds
+interleave three measurements under the same load:
 
-    .venv/bin/python scripts/bench_reward.py [--candidates 60] [--batch 8] [--workers 1,2,4]
+* ours: ``RewardPool`` with that many warm workers;
+* cookbook: ``scripts/cookbook_pool.py``, a pool built as the E2B cookbook's TRL GRPO example
+  builds its own (per candidate: renew, two uploads, a supervisor script running each case under
+  ``timeout`` + ``unshare`` + a bash isolation script + ``setpriv``), same worker count;
+* user pool: ``fixtures/subjects/baseline_reward_pool.py``, a leaner correct pool in that shape
+  (one upload, one command, no supervisor script), same worker count;
+* floor: the same program run bare in a subprocess 3 times (one per case input), serially.
+
+Prints one JSON object with the medians: candidates/s, ours as a fraction of the floor's
+throughput (``of_floor``; the floor has no sandbox, no isolation and no round trip), ours over
+the cookbook's design (``over_cookbook``) and over the leaner user pool (``over_user_pool``),
+and where our time goes.
+
+    .venv/bin/python scripts/bench_reward.py [--candidates 48] [--batch 8] [--workers 1,2] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -24,7 +35,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pytest_e2b_env.emulator import Emulator  # noqa: E402
+from pytest_e2b_env.environ import scoped_environ  # noqa: E402
 from pytest_e2b_env.reward import RewardPool  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "fixtures" / "subjects"))
+sys.path.insert(0, str(ROOT / "scripts"))
+from baseline_reward_pool import SandboxPool  # noqa: E402
+from cookbook_pool import CookbookPool  # noqa: E402
 
 TASKS = json.loads((ROOT / "fixtures" / "reward" / "tasks.json").read_text())
 CASES = TASKS["train"][0]["test_cases"]
@@ -104,21 +121,74 @@ async def measure(emu: Emulator, workers: int, candidates: int, batch: int) -> d
         await pool.close()
 
 
+async def measure_cookbook(emu: Emulator, workers: int, candidates: int, batch: int) -> float:
+    """Seconds per candidate of the cookbook's design, warm workers, same batches as ours."""
+    pool = CookbookPool(workers, emu.sdk_opts())
+    try:
+        await pool.start()
+        assert await pool.code_reward([PROGRAM] * workers, [CASES] * workers) == [1.0] * workers
+        started = time.perf_counter()
+        done = 0
+        while done < candidates:
+            n = min(batch, candidates - done)
+            scores = await pool.code_reward([PROGRAM] * n, [CASES] * n)
+            assert scores == [1.0] * n, scores
+            done += n
+        return (time.perf_counter() - started) / candidates
+    finally:
+        await pool.close()
+
+
+async def measure_user_pool(emu: Emulator, workers: int, candidates: int, batch: int) -> float:
+    """Seconds per candidate of the leaner user pool, warm workers, same batches as ours."""
+    with scoped_environ(emu.sdk_env()):
+        async with SandboxPool(size=workers) as reward:
+            warm = await reward([COMPLETION] * workers, [CASES] * workers)
+            assert warm == [1.0] * workers, warm
+            started = time.perf_counter()
+            done = 0
+            while done < candidates:
+                n = min(batch, candidates - done)
+                scores = await reward([COMPLETION] * n, [CASES] * n)
+                assert scores == [1.0] * n, scores
+                done += n
+            return (time.perf_counter() - started) / candidates
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--candidates", type=int, default=60)
+    parser.add_argument("--candidates", type=int, default=48)
     parser.add_argument("--batch", type=int, default=8, help="completions per code_reward call (TRL batch)")
-    parser.add_argument("--workers", default="1,2,4")
+    parser.add_argument("--workers", default="1,2")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per worker count")
     args = parser.parse_args(argv)
     results = []
     with Emulator() as emu:
         for workers in [int(w) for w in args.workers.split(",")]:
-            # The machine is shared: measure the floor right before and after, under the same load.
-            before = bare_floor(8)
-            row = asyncio.run(measure(emu, workers, args.candidates, args.batch))
-            floor = (before + bare_floor(8)) / 2
-            row["bare_floor_seconds"] = round(floor, 4)
-            row["ratio_to_floor"] = round(float(row["seconds_per_candidate"]) / floor, 2)  # type: ignore[arg-type]
+            rows, cookbook, user_pool, floors = [], [], [], []
+            for _ in range(args.rounds):  # the machine is shared: interleave, compare medians
+                floors.append(bare_floor(8))
+                rows.append(asyncio.run(measure(emu, workers, args.candidates, args.batch)))
+                cookbook.append(asyncio.run(measure_cookbook(emu, workers, args.candidates, args.batch)))
+                user_pool.append(asyncio.run(measure_user_pool(emu, workers, args.candidates, args.batch)))
+            ours = statistics.median(float(r["seconds_per_candidate"]) for r in rows)  # type: ignore[arg-type]
+            row = min(rows, key=lambda r: abs(float(r["seconds_per_candidate"]) - ours))  # type: ignore[arg-type]
+            floor, shape = statistics.median(floors), statistics.median(cookbook)
+            lean = statistics.median(user_pool)
+            row.update(
+                seconds_per_candidate=round(ours, 4),
+                candidates_per_second=round(1 / ours, 2),
+                bare_floor_seconds=round(floor, 4),
+                floor_candidates_per_second=round(1 / floor, 2),
+                of_floor=round(floor / ours, 2),
+                cookbook_seconds_per_candidate=round(shape, 4),
+                cookbook_candidates_per_second=round(1 / shape, 2),
+                over_cookbook=round(shape / ours, 2),
+                user_pool_candidates_per_second=round(1 / lean, 2),
+                over_user_pool=round(lean / ours, 2),
+                rounds=args.rounds,
+            )
+            del row["seconds"]
             results.append(row)
         isolation = emu.isolation
     print(json.dumps({"isolation": isolation, "results": results}, indent=2))
