@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -121,20 +122,25 @@ async def measure(emu: Emulator, workers: int, candidates: int, batch: int) -> d
         await pool.close()
 
 
+async def per_candidate(reward: Any, item: Any, warm: int, candidates: int, batch: int) -> float:
+    """Seconds per candidate of ``reward(items, cases)`` in batches, after one warm-up batch."""
+    assert await reward([item] * warm, [CASES] * warm) == [1.0] * warm
+    started = time.perf_counter()
+    done = 0
+    while done < candidates:
+        n = min(batch, candidates - done)
+        scores = await reward([item] * n, [CASES] * n)
+        assert scores == [1.0] * n, scores
+        done += n
+    return (time.perf_counter() - started) / candidates
+
+
 async def measure_cookbook(emu: Emulator, workers: int, candidates: int, batch: int) -> float:
     """Seconds per candidate of the cookbook's design, warm workers, same batches as ours."""
     pool = CookbookPool(workers, emu.sdk_opts())
     try:
         await pool.start()
-        assert await pool.code_reward([PROGRAM] * workers, [CASES] * workers) == [1.0] * workers
-        started = time.perf_counter()
-        done = 0
-        while done < candidates:
-            n = min(batch, candidates - done)
-            scores = await pool.code_reward([PROGRAM] * n, [CASES] * n)
-            assert scores == [1.0] * n, scores
-            done += n
-        return (time.perf_counter() - started) / candidates
+        return await per_candidate(pool.code_reward, PROGRAM, workers, candidates, batch)
     finally:
         await pool.close()
 
@@ -143,16 +149,7 @@ async def measure_user_pool(emu: Emulator, workers: int, candidates: int, batch:
     """Seconds per candidate of the leaner user pool, warm workers, same batches as ours."""
     with scoped_environ(emu.sdk_env()):
         async with SandboxPool(size=workers) as reward:
-            warm = await reward([COMPLETION] * workers, [CASES] * workers)
-            assert warm == [1.0] * workers, warm
-            started = time.perf_counter()
-            done = 0
-            while done < candidates:
-                n = min(batch, candidates - done)
-                scores = await reward([COMPLETION] * n, [CASES] * n)
-                assert scores == [1.0] * n, scores
-                done += n
-            return (time.perf_counter() - started) / candidates
+            return await per_candidate(reward, COMPLETION, workers, candidates, batch)
 
 
 def main(argv: list[str] | None = None) -> int:
