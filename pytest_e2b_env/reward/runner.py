@@ -33,6 +33,7 @@ import json
 import os
 import select
 import signal
+import socket
 import sys
 import time
 
@@ -246,10 +247,29 @@ def _make_userns() -> int:
         os.waitpid(pid, 0)
 
 
+def _await_go(go: socket.socket) -> tuple[str, int]:
+    """A warm case waits here, namespaces and mounts done, for its program's path and input (a memfd)."""
+    message, fds, _, _ = socket.recv_fds(go, 4096, 1)
+    go.close()
+    if not message or len(fds) != 1:
+        raise SetupError("warm case: the runner went away before handing it a program")
+    return message.decode(), fds[0]
+
+
 def _isolate_and_exec(
-    spec: dict, code_path: str, stdin_fd: int, out_fd: int, err_pipe: int, userns_fd: int | None
+    spec: dict,
+    code_path: str,
+    stdin_fd: int,
+    out_fd: int,
+    err_pipe: int,
+    userns_fd: int | None,
+    go: socket.socket | None = None,
 ) -> None:
-    """Runs in B (pid 1 of the new pid namespace); never returns."""
+    """Runs in B (pid 1 of the new pid namespace); never returns.
+
+    With ``go`` (a warm case) B does everything that costs time first, then waits for the
+    program; everything after that (limits, privileges, exec) takes microseconds.
+    """
     limits = spec["limits"]
     iso = spec["isolation"]
     try:
@@ -272,6 +292,8 @@ def _isolate_and_exec(
             # the case's own user namespace, where only uid 65534 exists.
             _check(_libc.setns(userns_fd, CLONE_NEWUSER), "setns user namespace")
             os.close(userns_fd)
+        if go is not None:
+            code_path, stdin_fd = _await_go(go)
         import resource
 
         cpu = int(limits["cpu_seconds"])
@@ -392,8 +414,10 @@ def _wait_deadline(pid: int, seconds: float, slack: float, proc_fd: int | None =
         os.close(pidfd)
 
 
-def _supervise(spec: dict, code_path: str, stdin_fd: int, out_fd: int, status_fd: int) -> None:
-    """Runs in A (root, old pid namespace); never returns."""
+def _supervise(
+    spec: dict, code_path: str, stdin_fd: int, out_fd: int, status_fd: int, go: socket.socket | None = None
+) -> None:
+    """Runs in A (root, old pid namespace); never returns. ``go``: a warm case (see :class:`_Warm`)."""
     report: dict = {}
     began = time.monotonic()
     try:
@@ -411,12 +435,16 @@ def _supervise(spec: dict, code_path: str, stdin_fd: int, out_fd: int, status_fd
         pid = os.fork()
         if pid == 0:
             os.close(err_r)
-            _isolate_and_exec(spec, code_path, stdin_fd, out_fd, err_w, userns_fd)
+            _isolate_and_exec(spec, code_path, stdin_fd, out_fd, err_w, userns_fd, go)
         os.close(err_w)
         os.close(out_fd)
         if userns_fd is not None:
             os.close(userns_fd)
-        ready, _, _ = select.select([err_r], [], [], SETUP_SECONDS)
+        if go is not None:
+            go.close()
+        # A warm case waits for its program as long as it takes (the runner closing its end of
+        # ``go`` ends it); a cold one must be running within SETUP_SECONDS.
+        ready, _, _ = select.select([err_r], [], [], None if go is not None else SETUP_SECONDS)
         setup = os.read(err_r, 4096) if ready else b"setup did not finish"
         os.close(err_r)
         if setup:
@@ -449,31 +477,76 @@ def _supervise(spec: dict, code_path: str, stdin_fd: int, out_fd: int, status_fd
 class _Run:
     """One case in flight: its supervisor A, the output it streams and the status A reports."""
 
-    def __init__(self, spec: dict, code_path: str, stdin_data: bytes) -> None:
+    def __init__(self, spec: dict, code_path: str | None, stdin_data: bytes = b"") -> None:
+        """A case of ``code_path`` on ``stdin_data``; with ``code_path`` None a warm one (see :meth:`go`)."""
+        self.spec = spec
         self.cap = spec["limits"]["output_bytes"]
-        stdin_fd = os.memfd_create("case-input", 0)
-        os.write(stdin_fd, stdin_data)
-        os.lseek(stdin_fd, 0, os.SEEK_SET)
+        self._go: socket.socket | None = None
+        child_go = None
+        stdin_fd = -1
+        if code_path is None:
+            self._go, child_go = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        else:
+            stdin_fd = _input_fd(stdin_data)
         self.out_r, out_w = os.pipe()
         self.st_r, st_w = os.pipe()
         self.pid = os.fork()
         if self.pid == 0:
             os.close(self.out_r)
             os.close(self.st_r)
-            _supervise(spec, code_path, stdin_fd, out_w, st_w)
+            if self._go is not None:
+                self._go.close()
+            for other in _LIVE:  # their ends must close when the runner closes them (EOF, EPIPE)
+                other._drop_in_child()
+            _supervise(spec, code_path or "", stdin_fd, out_w, st_w, child_go)
+        _LIVE.add(self)
         os.close(out_w)
         os.close(st_w)
-        os.close(stdin_fd)
+        if child_go is not None:
+            child_go.close()
+        if stdin_fd >= 0:
+            os.close(stdin_fd)
         self.chunks: list[bytes] = []
         self.size = 0
         self.truncated = False
         self.status_raw = b""
         self.status_done = False
         self.reading = True
+        self.give_up = float("inf") if self._go is not None else self._bound()
+
+    def _bound(self) -> float:
         # The deadline is A's job; this bound only protects the runner from a wedged A.
-        self.give_up = (
-            time.monotonic() + SETUP_SECONDS + spec["case_seconds"] * spec["limits"]["wall_slack"] + 5
-        )
+        wall = self.spec["case_seconds"] * self.spec["limits"]["wall_slack"]
+        return time.monotonic() + SETUP_SECONDS + wall + 5
+
+    def go(self, code_path: str, stdin_data: bytes) -> None:
+        """Hand a warm case its program and input; from here it is a case like any other."""
+        assert self._go is not None
+        stdin_fd = _input_fd(stdin_data)
+        try:
+            socket.send_fds(self._go, [code_path.encode()], [stdin_fd])
+        except OSError:
+            pass  # the warm case died already: its status says why, as a setup error
+        finally:
+            os.close(stdin_fd)
+            self._go.close()
+            self._go = None
+        self.give_up = self._bound()
+
+    def cancel(self) -> None:
+        """End a warm case that will not be used (it exits when its ``go`` socket closes)."""
+        if self._go is not None:
+            self._go.close()
+            self._go = None
+        self.give_up = self._bound()
+
+    def _drop_in_child(self) -> None:
+        """In a newly forked supervisor: close this (other) case's runner-side descriptors."""
+        for fd in (self.out_r, self.st_r):
+            if fd >= 0:
+                os.close(fd)
+        if self._go is not None:
+            os.close(self._go.detach())
 
     @property
     def done(self) -> bool:
@@ -524,6 +597,7 @@ class _Run:
         self.status_done = True
 
     def finish(self) -> dict:
+        _LIVE.discard(self)
         if self.out_r >= 0:
             os.close(self.out_r)
         os.close(self.st_r)
@@ -535,7 +609,64 @@ class _Run:
         return report
 
 
-def run_cases(spec: dict, code_path: str, inputs: list[bytes], width: int = 1) -> list[dict]:
+_LIVE: set[_Run] = set()  # cases whose runner-side descriptors are open
+
+
+def _input_fd(data: bytes) -> int:
+    """A case's input as a memfd at offset 0 (its stdin: a program that never reads it blocks nothing)."""
+    fd = os.memfd_create("case-input", 0)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _case_key(spec: dict) -> str:
+    """What a warm case was built for: any difference and it cannot run the request's cases."""
+    fields = ("case_seconds", "limits", "isolation", "userns")
+    return json.dumps({name: spec.get(name) for name in fields}, sort_keys=True)
+
+
+class _Warm:
+    """Cases set up ahead (namespaces, mounts, user namespace) while the runner waits for a request.
+
+    Each is used once, for one case, as a cold one would be: the set-up moves off the candidate's
+    critical path, nothing is shared. Built for one spec; a request with another drops them.
+    """
+
+    def __init__(self) -> None:
+        self.key = ""
+        self.runs: list[_Run] = []
+        self.want: tuple[dict, int] | None = None  # what the last request asks to set up ahead
+
+    def refill(self) -> None:
+        if self.want is not None:
+            self.fill(*self.want)
+            self.want = None
+
+    def take(self, spec: dict) -> _Run | None:
+        if self.runs and self.key != _case_key(spec):
+            self.drop()
+        return self.runs.pop(0) if self.runs else None
+
+    def fill(self, spec: dict, count: int) -> None:
+        if self.key != _case_key(spec):
+            self.drop()
+        self.key = _case_key(spec)
+        while len(self.runs) < count:
+            self.runs.append(_Run(spec, None))
+
+    def drop(self) -> None:
+        for run in self.runs:
+            run.cancel()
+            run.reading = False
+            run.status_done = True
+            run.finish()
+        self.runs = []
+
+
+def run_cases(
+    spec: dict, code_path: str, inputs: list[bytes], width: int = 1, warm: _Warm | None = None
+) -> list[dict]:
     """Run each input as a case in its own isolated process tree, ``width`` at a time; in input order."""
     reports: list[dict | None] = [None] * len(inputs)
     running: dict[int, _Run] = {}
@@ -543,7 +674,12 @@ def run_cases(spec: dict, code_path: str, inputs: list[bytes], width: int = 1) -
     while pending or running:
         while pending and len(running) < max(width, 1):
             index, data = pending.pop(0)
-            running[index] = _Run(spec, code_path, data)
+            prepared = warm.take(spec) if warm is not None else None
+            if prepared is None:
+                running[index] = _Run(spec, code_path, data)
+            else:
+                prepared.go(code_path, data)
+                running[index] = prepared
         watch = [fd for run in running.values() for fd in run.fds()]
         wait = min(run.give_up for run in running.values()) - time.monotonic()
         ready, _, _ = select.select(watch, [], [], max(wait, 0.0))
@@ -608,20 +744,21 @@ def _remove_job(job_dir: str) -> None:
     os.rmdir(job_dir)
 
 
-def evaluate(spec: dict, code: bytes, inputs: list[bytes]) -> dict:
+WARM = _Warm()  # the persistent runner's cases set up ahead
+
+
+def evaluate(spec: dict, code: bytes, inputs: list[bytes], warm: bool = False) -> dict:
     """Run every case of one candidate; the per-case records in input order."""
     job_dir = os.path.join(HOME, "jobs", spec["nonce"])
     code_path = _write_code(job_dir, code)
     try:
-        return {"cases": run_cases(spec, code_path, inputs, spec["parallel"])}
+        return {"cases": run_cases(spec, code_path, inputs, spec["parallel"], WARM if warm else None)}
     finally:
         _remove_job(job_dir)
 
 
 def preflight(spec: dict, code: bytes) -> dict:
     """Run the probe under the same isolation, then check from outside what it cannot see."""
-    import socket  # only the preflight needs it; runs stay lean
-
     marker = f".pe2b-probe-{spec['nonce']}"
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
@@ -713,8 +850,12 @@ def _plan(spec: dict) -> None:
     spec["parallel"] = max(1, int(spec["limits"].get("parallel_cases", 1))) if available else 1
 
 
-def handle(raw: bytes) -> bytes:
-    """One request (header line, program, inputs) to one JSON answer line."""
+def handle(raw: bytes, warm: bool = False) -> bytes:
+    """One request (header line, program, inputs) to one JSON answer line.
+
+    ``warm`` (the persistent runner): run cases on the ones set up ahead, then set up as many for
+    the next request (they do it while the runner waits for it).
+    """
     header_line, _, body = raw.partition(b"\n")
     spec = json.loads(header_line)
     _plan(spec)
@@ -725,10 +866,12 @@ def handle(raw: bytes) -> bytes:
         inputs.append(body[offset : offset + length])
         offset += length
     try:
-        result = preflight(spec, code) if spec["mode"] == "preflight" else evaluate(spec, code, inputs)
+        result = preflight(spec, code) if spec["mode"] == "preflight" else evaluate(spec, code, inputs, warm)
     except SetupError as exc:
         result = {"setup_error": str(exc)}
     result["nonce"] = spec["nonce"]
+    if warm and spec["mode"] == "run":
+        WARM.want = (spec, spec["parallel"])
     return (json.dumps(result) + "\n").encode()
 
 
@@ -768,10 +911,11 @@ def serve(directory: str) -> None:
         if not raw:
             continue
         try:
-            answer = handle(raw)
+            answer = handle(raw, warm=True)
         except Exception as exc:  # a malformed request must not kill the server
             answer = (json.dumps({"setup_error": f"{type(exc).__name__}: {exc}"}) + "\n").encode()
         _answer(response, answer)
+        WARM.refill()  # after the answer: set-up forks are off the candidate's path too
 
 
 def main() -> int:

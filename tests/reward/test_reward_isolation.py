@@ -146,3 +146,44 @@ async def test_a_fork_bomb_case_does_not_fail_its_siblings(make_pool: Callable[.
     assert record["cases"][0]["reason"] != "passed"
     assert pool.metrics["infrastructure_retries"] == 0
     assert pool.metrics["workers_created"] == 1
+
+
+async def test_output_over_the_cap_in_every_case_at_once_is_output_too_large(
+    make_pool: Callable[..., RewardPool],
+) -> None:
+    """Cases side by side close their output pipes alone: a writer over the cap gets EPIPE, not a deadline."""
+    pool = make_pool(workers=1)
+    huge = completion(program("huge_output"))
+    cases = (TOTAL * Limits().parallel_cases)[: Limits().parallel_cases]
+    for _ in range(2):  # cold cases, then the ones the runner set up ahead
+        assert await pool.code_reward([huge], [cases]) == [0.0]
+        assert reasons(pool, 0) == {"output_too_large"}
+
+
+async def test_cases_set_up_ahead_are_dropped_when_the_limits_change(
+    emulator: Emulator, runner_supported: None
+) -> None:
+    """The persistent runner sets cases up for the next request; another deadline or limit gets fresh ones."""
+    client = WorkerClient(
+        template="base",
+        run_id="warm-cases",
+        lifetime_seconds=120,
+        request_timeout=15,
+        api_opts=emulator.sdk_opts(),
+    )
+    worker = await client.create()
+    program_bytes = (
+        b"import resource, sys\nprint(resource.getrlimit(resource.RLIMIT_CPU)[0], sys.stdin.read())\n"
+    )
+    try:
+        await client.install_and_preflight(worker, Payload("preflight", probe_source(), [], 5.0))
+        seen = []
+        for seconds in (2.0, 2.0, 5.0, 5.0, 2.0):
+            answer = await client.run(worker, Payload("run", program_bytes, [b"x", b"y"], seconds), 60)
+            seen.append([base64.b64decode(c["output_b64"]).decode().split() for c in answer["cases"]])
+    finally:
+        await client.kill(worker.sandbox_id)
+    # RLIMIT_CPU is the deadline + 2 s: each answer ran under its own request's limits
+    cpu = [["4", "4"], ["4", "4"], ["7", "7"], ["7", "7"], ["4", "4"]]
+    assert [[row[0] for row in rows] for rows in seen] == cpu
+    assert all([row[1] for row in rows] == ["x", "y"] for rows in seen)
