@@ -12,7 +12,7 @@ from reward_helpers import TOTAL, completion, program
 from pytest_e2b_env.emulator import Emulator
 from pytest_e2b_env.reward import Isolation, Limits, PreflightError, RewardPool
 from pytest_e2b_env.reward.protocol import Payload
-from pytest_e2b_env.reward.workers import WorkerClient, probe_source
+from pytest_e2b_env.reward.workers import Worker, WorkerClient, probe_source
 
 pytestmark = pytest.mark.namespaces
 
@@ -99,18 +99,19 @@ async def test_preflight_refuses_an_unbounded_case_memory(make_pool: Callable[..
     assert pool.ledger == []
 
 
+async def bare_worker(emulator: Emulator, run_id: str) -> tuple[WorkerClient, Worker]:
+    """One worker sandbox without a pool: the runner's own answers, seen through the real SDK."""
+    client = WorkerClient(
+        template="base", run_id=run_id, lifetime_seconds=120, request_timeout=15, api_opts=emulator.sdk_opts()
+    )
+    return client, await client.create()
+
+
 async def test_cases_of_a_candidate_run_side_by_side_each_in_its_own_user_namespace(
     emulator: Emulator, runner_supported: None
 ) -> None:
     """The runner starts every case at once, each as uid 65534 in a user namespace of its own."""
-    client = WorkerClient(
-        template="base",
-        run_id="side-by-side",
-        lifetime_seconds=120,
-        request_timeout=15,
-        api_opts=emulator.sdk_opts(),
-    )
-    worker = await client.create()
+    client, worker = await bare_worker(emulator, "side-by-side")
     try:
         preflight = await client.install_and_preflight(worker, Payload("preflight", probe_source(), [], 5.0))
         assert preflight["parallel"] == Limits().parallel_cases == 4
@@ -164,14 +165,7 @@ async def test_cases_set_up_ahead_are_dropped_when_the_limits_change(
     emulator: Emulator, runner_supported: None
 ) -> None:
     """The persistent runner sets cases up for the next request; another deadline or limit gets fresh ones."""
-    client = WorkerClient(
-        template="base",
-        run_id="warm-cases",
-        lifetime_seconds=120,
-        request_timeout=15,
-        api_opts=emulator.sdk_opts(),
-    )
-    worker = await client.create()
+    client, worker = await bare_worker(emulator, "warm-cases")
     program_bytes = (
         b"import resource, sys\nprint(resource.getrlimit(resource.RLIMIT_CPU)[0], sys.stdin.read())\n"
     )
