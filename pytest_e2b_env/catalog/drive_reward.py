@@ -222,6 +222,19 @@ class RewardDriver:
         call.seconds = time.perf_counter() - started
         call.mark_end = self.target.ledger_mark()
 
+    def _kept(self, start: int, first_end: int) -> list[str]:
+        """Sandboxes the first call created and used that are still alive after the calls.
+
+        Looked at after the second batch, not the moment the first call returns: a cancelled
+        ``gather`` returns while its other tasks still run their ``finally`` (a kill in flight),
+        and a create the cancellation cut off makes a sandbox the subject never heard of. Neither
+        is a sandbox kept across calls.
+        """
+        entries = self.target.ledger(since=start)
+        first = set(created_ids(entries, end=first_end))
+        used = {str(e["sandbox_id"]) for e in entries if e.get("sandbox_id") and e.get("op") != "create"}
+        return sorted(first & used & self.target.alive_ids())
+
     @staticmethod
     async def _as_awaitable(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         result = fn(**kwargs) if is_async_callable(fn) else await asyncio.to_thread(fn, **kwargs)
@@ -258,10 +271,10 @@ class RewardDriver:
                 await self._cancelled_batch(fn, spec.completions)
             else:
                 await self._call_reward(fn, spec.completions, "reward")
-            created = set(created_ids(self.target.ledger(since=mark0)))
-            self.obs.alive_after_first_call = sorted(created & self.target.alive_ids())
+            first_end = self.target.ledger_mark()
             if spec.second_batch is not None:
                 await self._call_reward(fn, spec.second_batch, "second_batch")
+            self.obs.alive_after_first_call = self._kept(mark0, first_end)
         finally:
             if exit_fn is not None:
                 await self._observe("close", exit_fn)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -215,3 +216,25 @@ def test_untagged_sandboxes_are_advice_never_a_failure(target: Target) -> None:
         _reward({"rewards": [1.0]}), load_subject("pytest_e2b_env.reward:reward_subject", "reward"), target
     )
     assert tagged.advice == []
+
+
+def test_a_create_in_flight_at_cancellation_is_no_kept_sandbox(target: Target) -> None:
+    """A stateless reward cancelled while a create is in flight keeps nothing: the pool case does not apply.
+
+    The create the cancellation cut off still makes a sandbox the subject never heard of. Counting
+    it as "kept across calls" ran the cancel-poisons case on a subject without a pool, and a
+    correct one failed it on a loaded machine, where that window is wide.
+    """
+    import sys
+
+    from pytest_e2b_env.catalog.loader import default_cases_dir, load_cases
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures" / "subjects"))
+    (base,) = [c for c in load_cases([default_cases_dir()]) if c.id == "reward-lifecycle-cancel-poisons"]
+    raw = base.model_dump(mode="json", exclude_none=True)
+    raw["faults"] = [{"route": "POST /v2/sandboxes", "after": 1, "answer": {"delay": 3}}]  # the second create
+    (case,) = parse_cases_from_dicts([raw], str(default_cases_dir() / "lifecycle.toml"))
+    result = run_case(case, load_subject("baseline_reward_mask:make_reward", "reward"), target)
+    assert result.status == "skipped", result.failure_message()
+    assert "keeps no sandbox" in str(result.reason)
+    assert target.alive_ids() == set()
