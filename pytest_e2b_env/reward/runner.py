@@ -29,6 +29,7 @@ import base64
 import contextlib
 import ctypes
 import errno
+import functools
 import json
 import os
 import select
@@ -341,37 +342,39 @@ def _isolate_and_exec(
             os._exit(127)
 
 
-def _runqueue_seconds(proc_fd: int | None, pid: int) -> float | None:
-    """Seconds ``pid`` has spent runnable but waiting for a CPU (``<proc>/<pid>/schedstat``), or None."""
+def _proc_read(proc_fd: int | None, pid: int, name: str, size: int) -> bytes | None:
+    """Up to ``size`` bytes of ``<proc>/<pid>/<name>`` through the held ``/proc``, or None."""
     if proc_fd is None:
         return None
     try:
-        fd = os.open(f"{pid}/schedstat", os.O_RDONLY, dir_fd=proc_fd)
+        fd = os.open(f"{pid}/{name}", os.O_RDONLY, dir_fd=proc_fd)
     except OSError:
         return None
     try:
-        return int(os.read(fd, 128).split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
+        return os.read(fd, size)
+    except OSError:
         return None
     finally:
         os.close(fd)
+
+
+def _runqueue_seconds(proc_fd: int | None, pid: int) -> float | None:
+    """Seconds ``pid`` has spent runnable but waiting for a CPU (``<proc>/<pid>/schedstat``), or None."""
+    raw = _proc_read(proc_fd, pid, "schedstat", 128)
+    try:
+        return int(raw.split()[1]) / 1e9 if raw is not None else None
+    except (ValueError, IndexError):
+        return None
 
 
 def _uid_of(proc_fd: int | None, pid: int) -> int | None:
     """``pid``'s real uid as the worker sees it (inside its own user namespace it may look mapped)."""
-    if proc_fd is None:
-        return None
+    raw = _proc_read(proc_fd, pid, "status", 4096)
+    lines = raw.decode("ascii", "replace").splitlines() if raw is not None else []
     try:
-        fd = os.open(f"{pid}/status", os.O_RDONLY, dir_fd=proc_fd)
-    except OSError:
-        return None
-    try:
-        lines = os.read(fd, 4096).decode("ascii", "replace").splitlines()
         return next((int(line.split()[1]) for line in lines if line.startswith("Uid:")), None)
-    except (OSError, ValueError, IndexError):
+    except (ValueError, IndexError):
         return None
-    finally:
-        os.close(fd)
 
 
 def _open_proc() -> int | None:
@@ -538,7 +541,6 @@ class _Run:
         if self._go is not None:
             self._go.close()
             self._go = None
-        self.give_up = self._bound()
 
     def _drop_in_child(self) -> None:
         """In a newly forked supervisor: close this (other) case's runner-side descriptors."""
@@ -819,24 +821,19 @@ def preflight(spec: dict, code: bytes) -> dict:
     }
 
 
-_USERNS: list[bool] = []  # whether a case can get a user namespace here, found out once
-
-
+@functools.cache  # found out once per runner process
 def _userns_available() -> bool:
     """Linux 5.14+ (per-namespace process counts) and a user namespace a child can create."""
-    if not _USERNS:
-        try:
-            release = tuple(int(part) for part in os.uname().release.split(".")[:2])
-        except ValueError:
-            release = (0, 0)
-        works = False
-        if release >= (5, 14):
-            pid = os.fork()
-            if pid == 0:
-                os._exit(0 if _libc.unshare(CLONE_NEWUSER) == 0 else 1)
-            works = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
-        _USERNS.append(works)
-    return _USERNS[0]
+    try:
+        release = tuple(int(part) for part in os.uname().release.split(".")[:2])
+    except ValueError:
+        return False
+    if release < (5, 14):
+        return False
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if _libc.unshare(CLONE_NEWUSER) == 0 else 1)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
 
 
 def _plan(spec: dict) -> None:
