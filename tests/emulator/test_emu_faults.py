@@ -73,6 +73,15 @@ def test_lose_sandbox_mid_command(emu: Emulator, sbx: Any, faults: Any) -> None:
         sbx.get_info()
 
 
+def test_lose_sandbox_on_a_command_that_ends_at_once(emu: Emulator, sbx: Any, faults: Any) -> None:
+    """A command done before the kill lands is lost all the same: its end event never arrives."""
+    marker = uuid.uuid4().hex
+    faults.add(route="POST /process.Process/Start", contains=marker, answer={"lose_sandbox": True})
+    with pytest.raises(SandboxNotRunningException):
+        sbx.commands.run(f"echo {marker}")
+    assert sbx.sandbox_id not in [s["sandbox_id"] for s in emu.sandboxes()]
+
+
 def test_kill_fails_keeps_the_sandbox_running(emu: Emulator, sbx: Any, faults: Any) -> None:
     """kill_fails answers DELETE with 500 while the sandbox keeps running; a later kill works."""
     mark = emu.ledger_mark()

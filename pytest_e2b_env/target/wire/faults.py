@@ -349,20 +349,29 @@ class FaultMiddleware:
             await self.target.lose(sandbox_id)
             await self.app(scope, receive, send)
             return
-        lost = False
 
-        async def send_then_lose(message: Message) -> None:
-            nonlocal lost
-            await send(message)
-            # mid-command: the stream has delivered its first event (the pid), now the VM vanishes
-            if message["type"] == "http.response.body" and message.get("body") and not lost:
-                lost = True
-                await self.target.lose(sandbox_id)
+        async def lose() -> None:
+            await self.target.lose(sandbox_id)
 
-        await self.app(scope, receive, send_then_lose)
+        # mid-command: the stream delivers its first event (the pid), then the VM vanishes. Nothing
+        # the app says after that may reach the client: a command that ended before the kill landed
+        # would otherwise still deliver its end event, and a "lost" sandbox would answer correctly.
+        await self._cut(scope, receive, send, stream=True, before_cut=lose)
 
     async def _drop(self, scope: Scope, receive: Receive, send: Send, template: str) -> None:
-        stream = self.target.is_stream(template)
+        await self._cut(scope, receive, send, stream=self.target.is_stream(template))
+
+    async def _cut(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        *,
+        stream: bool,
+        before_cut: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """Run the app until its first body (a stream's first event goes through, a plain body is
+        withheld), run ``before_cut``, then end the connection mid-body whatever the app sends next."""
         cut = asyncio.Event()
 
         async def send_until_cut(message: Message) -> None:
@@ -379,10 +388,14 @@ class FaultMiddleware:
 
         inner = asyncio.ensure_future(self.app(scope, receive, send_until_cut))
         waiter = asyncio.ensure_future(cut.wait())
-        await asyncio.wait({inner, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        waiter.cancel()
-        if not inner.done():
-            inner.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await inner
+        try:
+            await asyncio.wait({inner, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            if before_cut is not None:
+                await before_cut()  # the app's later messages are swallowed meanwhile
+        finally:
+            if not inner.done():
+                inner.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await inner
         # returning without finishing the response makes the server close the connection mid-body
