@@ -2,37 +2,146 @@
 """Benchmark: wall time of the offline catalog against the reference code, serial and in lanes.
 
 Usage: .venv/bin/python scripts/bench_catalog.py [--subject reward|episode|all] [--lanes 1,4]
-                                                  [--rounds N] [-n N]
+                                                  [--rounds N] [-n N] [--cpu]
 
 Each round runs the whole catalog once per lane count, interleaved (so a noisy machine hits every
 setting alike), and prints per run the wall time (process start to exit), the summed case time
 and the counts; then the best wall per setting and its ratio to the first setting. The verdicts
 of every run are compared with the first: a difference is printed and the exit status is 1.
+
+``--cpu`` also prints where each run's CPU went, by process kind: the controller (pytest), the
+emulators, the case hosts (subject code, its imports included), and inside the sandboxes the
+candidate programs, the reward runner and everything else. On 2 cores the summed CPU over 2 is a
+floor on the wall time, so this says which part a faster catalog has to shrink.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
+import os
+import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+TICK = os.sysconf("SC_CLK_TCK")
+#: (command-line fragment, kind) for processes outside the sandboxes, first match wins
+HOST_KINDS = (("pytest_e2b_env.catalog.host", "case hosts"), ("pytest_e2b_env.cli emulator", "emulators"))
+#: the same inside a sandbox (a descendant of an emulator)
+SANDBOX_KINDS = (
+    ("solution.py", "sandbox: candidate programs"),
+    ("reward/runner.py", "sandbox: reward runner"),
+)
 
-def run_catalog(subject: str, lanes: int, workers: str | None, out: Path) -> tuple[float, dict, dict]:
-    """One ``validate`` run in an empty directory; (wall seconds, coverage.json, {case id: status})."""
+
+def _processes() -> dict[int, tuple[int, str, float]]:
+    """Every process now: pid -> (parent pid, command line, its own CPU seconds)."""
+    found = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmd = f.read(400).replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        found[int(name)] = (int(fields[1]), cmd, (int(fields[11]) + int(fields[12])) / TICK)
+    return found
+
+
+class CpuSampler:
+    """Polls a process tree (10 Hz) and attributes each process's CPU to a kind, by its ancestry."""
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self.seen: dict[int, tuple[str, float]] = {}  # pid -> (kind, largest CPU seen)
+
+    def poll(self) -> None:
+        procs = _processes()
+        kinds: dict[int, str] = {}
+
+        def kind_of(pid: int) -> str | None:
+            if pid == self.root:
+                return "controller"
+            if pid in kinds:
+                return kinds[pid]
+            chain: list[int] = []
+            cur = pid
+            while cur in procs and cur not in kinds and cur != self.root and len(chain) < 64:
+                chain.append(cur)
+                cur = procs[cur][0]
+            if cur != self.root and cur not in kinds:
+                return None  # not in the tree
+            parent_kind = kinds.get(cur, "controller")
+            for p in reversed(chain):
+                cmd = procs[p][1]
+                if parent_kind == "emulators" or parent_kind.startswith("sandbox"):
+                    mine = next((k for frag, k in SANDBOX_KINDS if frag in cmd), "sandbox: other processes")
+                else:
+                    mine = next((k for frag, k in HOST_KINDS if frag in cmd), parent_kind)
+                kinds[p] = parent_kind = mine
+            return kinds.get(pid)
+
+        for pid, (_, cmd, cpu) in procs.items():
+            if not cmd:  # a zombie keeps its CPU but loses its command line
+                continue
+            kind = kind_of(pid)
+            if kind is not None:
+                old = self.seen.get(pid, (kind, 0.0))
+                self.seen[pid] = (old[0], max(old[1], cpu))
+
+    def report(self, total: float) -> list[str]:
+        by_kind: dict[str, float] = collections.defaultdict(float)
+        for kind, cpu in self.seen.values():
+            by_kind[kind] += cpu
+        lines = [f"  CPU {total:6.1f}s in all (floor on 2 cores: {total / 2:.1f}s wall)"]
+        for kind, cpu in sorted(by_kind.items(), key=lambda kv: -kv[1]):
+            lines.append(f"    {cpu:6.1f}s {100 * cpu / max(total, 1e-9):4.0f}%  {kind}")
+        rest = total - sum(by_kind.values())
+        lines.append(f"    {rest:6.1f}s {100 * rest / max(total, 1e-9):4.0f}%  too short-lived to sample")
+        return lines
+
+
+def run_catalog(
+    subject: str, lanes: int, workers: str | None, out: Path, cpu: bool = False
+) -> tuple[float, dict, dict, list[str]]:
+    """One ``validate`` run in an empty directory: wall seconds, coverage.json, {case id: status}
+    and (``cpu``) the CPU breakdown lines."""
     cmd = [sys.executable, "-m", "pytest_e2b_env.cli", "validate", "--subject", subject, "-q"]
     cmd += ["--output", str(out / "ev")] + (["-n", workers] if workers else [])
     cmd += ["--", "--e2b-lanes", str(lanes)]
     started = time.monotonic()
-    subprocess.run(cmd, cwd=out, capture_output=True, text=True, check=False, timeout=1800)
+    proc = subprocess.Popen(cmd, cwd=out, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sampler = CpuSampler(proc.pid)
+    while proc.poll() is None and time.monotonic() - started < 1800:
+        if cpu:
+            sampler.poll()
+        time.sleep(0.1)
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
     wall = time.monotonic() - started
+    lines: list[str] = []
+    if cpu:
+        # our children's rusage: the validate process plus everything it (and they) waited for
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        total = usage.ru_utime + usage.ru_stime - run_catalog.accounted  # type: ignore[attr-defined]
+        run_catalog.accounted += total  # type: ignore[attr-defined]
+        lines = sampler.report(total)
     (bundle,) = [p for p in (out / "ev").iterdir() if p.is_dir() and not p.name.startswith(".")]
     coverage = json.loads((bundle / "coverage.json").read_text())
     rows = [json.loads(line) for line in (bundle / "cases.jsonl").read_text().splitlines()]
-    return wall, coverage, {r["id"]: r["status"] for r in rows}
+    return wall, coverage, {r["id"]: r["status"] for r in rows}, lines
+
+
+run_catalog.accounted = 0.0  # type: ignore[attr-defined]  # CPU of earlier runs in RUSAGE_CHILDREN
 
 
 def main() -> int:
@@ -41,6 +150,7 @@ def main() -> int:
     parser.add_argument("--lanes", default="1,4", help="comma-separated lane counts (default 1,4)")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("-n", dest="workers", default=None, help="xdist workers (then lanes are off)")
+    parser.add_argument("--cpu", action="store_true", help="where the CPU went, by process kind")
     args = parser.parse_args()
     settings = [int(x) for x in args.lanes.split(",")]
     best: dict[int, float] = {}
@@ -49,12 +159,16 @@ def main() -> int:
     for round_no in range(1, args.rounds + 1):
         for lanes in settings:
             with tempfile.TemporaryDirectory(prefix="bench-catalog-") as tmp:
-                wall, coverage, verdicts = run_catalog(args.subject, lanes, args.workers, Path(tmp))
+                wall, coverage, verdicts, cpu_lines = run_catalog(
+                    args.subject, lanes, args.workers, Path(tmp), cpu=args.cpu
+                )
             case_seconds = sum(c.get("seconds") or 0.0 for c in coverage["cases"])
             print(
                 f"round {round_no} lanes={lanes}: wall {wall:6.1f}s  case time {case_seconds:6.1f}s  "
                 f"counts {coverage['counts']}"
             )
+            for line in cpu_lines:
+                print(line)
             best[lanes] = min(best.get(lanes, wall), wall)
             if first is None:
                 first = verdicts
