@@ -121,8 +121,14 @@ def discover(root: Path) -> list[Sample]:
     return samples
 
 
-def run_sample(sample: Sample, *, families: list[str] | None = None, timeout: float = 900) -> Outcome:
-    """Run the catalog of the sample's kind (optionally only some families) against it."""
+def run_sample(
+    sample: Sample, *, families: list[str] | None = None, first_failure: bool = False, timeout: float = 900
+) -> Outcome:
+    """Run the catalog of the sample's kind (optionally only some families) against it.
+
+    ``first_failure`` stops the run at the first failed case (pytest's ``-x``): enough to tell
+    that a defect is caught, and the rest of its family is not waited for.
+    """
     outcome = Outcome(sample)
     with tempfile.TemporaryDirectory(prefix="pe2b-catch-") as out:
         cmd = [sys.executable, "-m", "pytest_e2b_env.cli", "validate", "--subject", sample.kind, "-q"]
@@ -133,7 +139,7 @@ def run_sample(sample: Sample, *, families: list[str] | None = None, timeout: fl
             cmd += ["-k", " or ".join(families)]
         # One case at a time per sample: samples already run side by side (run_all), and a
         # sample's fixed timing constants were written for a machine that is not oversubscribed.
-        cmd += ["--", "--e2b-lanes", "1"]
+        cmd += ["--", "--e2b-lanes", "1"] + (["-x"] if first_failure else [])
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(sample.path.parent), env.get("PYTHONPATH")) if p)
         started = time.monotonic()
@@ -167,12 +173,18 @@ def run_sample(sample: Sample, *, families: list[str] | None = None, timeout: fl
     return outcome
 
 
-def run_all(samples: list[Sample], *, every_family: bool = False, parallel: int = 2) -> list[Outcome]:
-    """Run every sample (baselines on the whole catalog; defects on their family unless ``every_family``)."""
+def run_all(
+    samples: list[Sample], *, every_family: bool = False, parallel: int = 2, first_catch: bool = False
+) -> list[Outcome]:
+    """Run every sample (baselines on the whole catalog; defects on their family unless ``every_family``).
+
+    ``first_catch``: a defect's run stops at its first failed case (the table then lists only
+    that case); baselines always run every case.
+    """
 
     def one(sample: Sample) -> Outcome:
         families = None if every_family or not sample.defective else [str(sample.caught_by)]
-        return run_sample(sample, families=families)
+        return run_sample(sample, families=families, first_failure=first_catch and sample.defective)
 
     # Two at a time: most of a run is spent waiting on deadlines and kill confirmations.
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
