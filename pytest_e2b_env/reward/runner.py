@@ -868,7 +868,9 @@ def handle(raw: bytes, warm: bool = False) -> bytes:
         result = {"setup_error": str(exc)}
     result["nonce"] = spec["nonce"]
     if warm and spec["mode"] == "run":
-        WARM.want = (spec, spec["parallel"])
+        # as many as this request ran at once: the next candidate of a task has as many cases, and
+        # a case set up for nobody is a fork, namespaces and mounts spent for nothing
+        WARM.want = (spec, min(spec["parallel"], max(1, len(inputs))))
     return (json.dumps(result) + "\n").encode()
 
 

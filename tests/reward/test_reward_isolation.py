@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import time
 from collections.abc import Callable
 
 import pytest
@@ -159,6 +161,36 @@ async def test_output_over_the_cap_in_every_case_at_once_is_output_too_large(
     for _ in range(2):  # cold cases, then the ones the runner set up ahead
         assert await pool.code_reward([huge], [cases]) == [0.0]
         assert reasons(pool, 0) == {"output_too_large"}
+
+
+async def _set_up_ahead(worker: Worker, expected: int) -> int:
+    """How many cases the persistent runner holds ready (its direct children), once it has settled."""
+    deadline = time.monotonic() + 15
+    while True:
+        listing = await worker.sandbox.commands.run("ps -eo pid=,ppid=,args=", user="root")
+        rows = [line.split(None, 2) for line in listing.stdout.splitlines()]
+        serving = {pid: ppid for pid, ppid, args in rows if "runner.py --serve" in args}
+        runner = [pid for pid, ppid in serving.items() if ppid not in serving]
+        ready = sum(1 for ppid in serving.values() if ppid in runner)
+        if ready == expected or time.monotonic() > deadline:
+            return ready
+        await asyncio.sleep(0.2)
+
+
+async def test_the_runner_sets_up_as_many_cases_as_the_last_request_ran(
+    emulator: Emulator, runner_supported: None
+) -> None:
+    """One input: one case set up for the next request, not parallel_cases; never more than that."""
+    client, worker = await bare_worker(emulator, "warm-count")
+    try:
+        await client.install_and_preflight(worker, Payload("preflight", probe_source(), [], 5.0))
+        seen = []
+        for count in (1, 3, 6):
+            await client.run(worker, Payload("run", b"print(1)\n", [b"x"] * count, 2.0), 60)
+            seen.append(await _set_up_ahead(worker, min(count, Limits().parallel_cases)))
+    finally:
+        await client.kill(worker.sandbox_id)
+    assert seen == [1, 3, Limits().parallel_cases]
 
 
 async def test_cases_set_up_ahead_are_dropped_when_the_limits_change(
