@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -57,8 +58,11 @@ class Outcome:
     failed_families: list[str] = field(default_factory=list)
     relaxed_cases: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
-    #: why each failed case failed (its recorded reason), so a false failure can be read at once
+    #: why each failed case failed (its recorded reason and the failed criteria's expected and
+    #: observed values), so a false failure can be read at once
     reasons: dict[str, str] = field(default_factory=dict)
+    #: where the bundle of a baseline that failed a case was kept (``keep=``)
+    kept: Path | None = None
     exit_code: int = 0
     seconds: float = 0.0
     problem: str | None = None
@@ -121,13 +125,34 @@ def discover(root: Path) -> list[Sample]:
     return samples
 
 
+def _failed_criteria(bundle: Path, case_id: str) -> str:
+    """The failed criteria of a case with what each expected and saw, from its report (bounded)."""
+    try:
+        report = json.loads((bundle / "cases" / case_id / "report.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    parts = [
+        f"{c.get('id')}: expected {json.dumps(c.get('expected'))[:120]}, "
+        f"got {json.dumps(c.get('actual'))[:200]}"
+        for c in report.get("criteria", [])
+        if not c.get("passed") and not c.get("relaxed")
+    ]
+    return "; ".join(parts)
+
+
 def run_sample(
-    sample: Sample, *, families: list[str] | None = None, first_failure: bool = False, timeout: float = 900
+    sample: Sample,
+    *,
+    families: list[str] | None = None,
+    first_failure: bool = False,
+    keep: Path | None = None,
+    timeout: float = 900,
 ) -> Outcome:
     """Run the catalog of the sample's kind (optionally only some families) against it.
 
     ``first_failure`` stops the run at the first failed case (pytest's ``-x``): enough to tell
-    that a defect is caught, and the rest of its family is not waited for.
+    that a defect is caught, and the rest of its family is not waited for. With ``keep``, the
+    bundle of a baseline that failed a case (a false failure) is copied there to be read later.
     """
     outcome = Outcome(sample)
     with tempfile.TemporaryDirectory(prefix="pe2b-catch-") as out:
@@ -158,12 +183,20 @@ def run_sample(
             )
             return outcome
         coverage = json.loads((bundles[0] / "coverage.json").read_text(encoding="utf-8"))
+        for case in coverage["cases"]:
+            if case["status"] in ("failed", "error", "missing"):
+                detail = _failed_criteria(bundles[0], case["id"])
+                reason = str(case.get("reason") or case["status"])[:300]
+                outcome.reasons[case["id"]] = f"{reason} ({detail})" if detail else reason
+        if keep is not None and outcome.reasons and not sample.defective:
+            kept = keep / sample.spec.replace(":", "-")
+            shutil.copytree(bundles[0], kept, dirs_exist_ok=True)
+            outcome.kept = kept
     for case in coverage["cases"]:
         status = case["status"]
         outcome.counts[status] = outcome.counts.get(status, 0) + 1
         if status in ("failed", "error", "missing"):
             outcome.failed_cases.append(case["id"])
-            outcome.reasons[case["id"]] = str(case.get("reason") or status)[:300]
             if case["family"] not in outcome.failed_families:
                 outcome.failed_families.append(case["family"])
         elif status == "relaxed":
@@ -174,17 +207,24 @@ def run_sample(
 
 
 def run_all(
-    samples: list[Sample], *, every_family: bool = False, parallel: int = 2, first_catch: bool = False
+    samples: list[Sample],
+    *,
+    every_family: bool = False,
+    parallel: int = 2,
+    first_catch: bool = False,
+    keep: Path | None = None,
 ) -> list[Outcome]:
     """Run every sample (baselines on the whole catalog; defects on their family unless ``every_family``).
 
     ``first_catch``: a defect's run stops at its first failed case (the table then lists only
-    that case); baselines always run every case.
+    that case); baselines always run every case. ``keep``: see :func:`run_sample`.
     """
 
     def one(sample: Sample) -> Outcome:
         families = None if every_family or not sample.defective else [str(sample.caught_by)]
-        return run_sample(sample, families=families, first_failure=first_catch and sample.defective)
+        return run_sample(
+            sample, families=families, first_failure=first_catch and sample.defective, keep=keep
+        )
 
     # Two at a time: most of a run is spent waiting on deadlines and kill confirmations.
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
@@ -213,7 +253,7 @@ def tables(outcomes: list[Outcome]) -> str:
         lines.append(f"  {o.sample.spec:<58} {mark:<14} {counts}  {o.seconds:6.1f}s")
         lines.append(f"      relaxed: {', '.join(o.sample.relax) or 'none'}")
         for case_id in o.failed_cases:
-            lines.append(f"      failed: {case_id}")
+            lines.append(f"      failed: {case_id}: {o.reasons.get(case_id, '')}")
         for case_id, reason in o.skipped.items():
             lines.append(f"      skipped: {case_id}: {reason}")
         if o.problem:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_e2b_env.catalog.catch import discover, run_all
+from pytest_e2b_env.catalog.catch import Sample, discover, run_all, run_sample
 from pytest_e2b_env.catalog.contract import POLICIES
 from pytest_e2b_env.catalog.model import FAMILIES
 
@@ -44,13 +44,29 @@ def test_every_defective_sample_is_caught_by_its_family() -> None:
 
 
 @pytest.mark.slow
-def test_every_correct_sample_passes_the_whole_catalog() -> None:
-    """The false-failure guard: correct code in other shapes fails no case; every skip is named."""
-    outcomes = run_all(BASELINES, parallel=2)
+def test_every_correct_sample_passes_the_whole_catalog(tmp_path: Path) -> None:
+    """The false-failure guard: correct code in other shapes fails no case; every skip is named.
+
+    The bundle of a sample that failed a case is kept under ``tmp_path`` (named in the message).
+    """
+    outcomes = run_all(BASELINES, parallel=2, keep=tmp_path)
     problems = [f"{o.sample.spec}: {o.problem}" for o in outcomes if o.problem]
-    false = [f"{o.sample.spec}: {o.reasons}" for o in outcomes if o.failed_cases]
+    false = [f"{o.sample.spec}: {o.reasons} (bundle: {o.kept})" for o in outcomes if o.failed_cases]
     assert not problems, problems
     assert not false, "falsely failed: " + "; ".join(false)
     for o in outcomes:
         assert all(o.skipped.values()), f"{o.sample.spec}: unnamed skips {o.skipped}"
         assert o.counts.get("passed", 0) >= 15, (o.sample.spec, o.counts)
+
+
+def test_a_false_failure_says_what_was_expected_and_seen_and_keeps_its_bundle(tmp_path: Path) -> None:
+    """A baseline run without the relaxation it needs: the reason names the criterion's values."""
+    (sync,) = [s for s in BASELINES if s.spec.startswith("baseline_reward_sync:")]
+    strict = Sample(sync.path, sync.spec, sync.kind)  # fence-variants not relaxed
+    outcome = run_sample(strict, families=["good"], keep=tmp_path)
+    assert outcome.failed_cases == ["reward-good-fence-variants"]
+    reason = outcome.reasons["reward-good-fence-variants"]
+    assert "rewards: expected [1.0, 1.0, 1.0]" in reason
+    assert '"got": [1.0, 0.0, 0.0]' in reason
+    assert outcome.kept is not None
+    assert (outcome.kept / "cases" / "reward-good-fence-variants" / "report.json").is_file()
