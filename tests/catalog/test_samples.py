@@ -1,4 +1,8 @@
-"""The catalog is fair: every correct sample passes it, every defective sample is caught."""
+"""The catalog is fair: every defective sample is caught (the clean guard is in test_samples_clean.py).
+
+The two whole-table tests live in two files so that pytest-xdist (``--dist loadfile``) can run them
+on different workers.
+"""
 
 from __future__ import annotations
 
@@ -41,22 +45,6 @@ def test_every_defective_sample_is_caught_by_its_family() -> None:
     missed = [f"{o.sample.spec} ({o.sample.bug}): failed {o.failed_cases}" for o in outcomes if not o.caught]
     assert not problems, problems
     assert not missed, "\n".join(missed)
-
-
-@pytest.mark.slow
-def test_every_correct_sample_passes_the_whole_catalog(tmp_path: Path) -> None:
-    """The false-failure guard: correct code in other shapes fails no case; every skip is named.
-
-    The bundle of a sample that failed a case is kept under ``tmp_path`` (named in the message).
-    """
-    outcomes = run_all(BASELINES, parallel=2, keep=tmp_path)
-    problems = [f"{o.sample.spec}: {o.problem}" for o in outcomes if o.problem]
-    false = [f"{o.sample.spec}: {o.reasons} (bundle: {o.kept})" for o in outcomes if o.failed_cases]
-    assert not problems, problems
-    assert not false, "falsely failed: " + "; ".join(false)
-    for o in outcomes:
-        assert all(o.skipped.values()), f"{o.sample.spec}: unnamed skips {o.skipped}"
-        assert o.counts.get("passed", 0) >= 15, (o.sample.spec, o.counts)
 
 
 def test_a_false_failure_says_what_was_expected_and_seen_and_keeps_its_bundle(tmp_path: Path) -> None:
