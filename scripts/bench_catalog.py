@@ -117,6 +117,7 @@ def run_catalog(
     cmd = [sys.executable, "-m", "pytest_e2b_env.cli", "validate", "--subject", subject, "-q"]
     cmd += ["--output", str(out / "ev")] + (["-n", workers] if workers else [])
     cmd += ["--", "--e2b-lanes", str(lanes)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=out, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     sampler = CpuSampler(proc.pid)
@@ -130,18 +131,14 @@ def run_catalog(
     wall = time.monotonic() - started
     lines: list[str] = []
     if cpu:
-        # our children's rusage: the validate process plus everything it (and they) waited for
-        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-        total = usage.ru_utime + usage.ru_stime - run_catalog.accounted  # type: ignore[attr-defined]
-        run_catalog.accounted += total  # type: ignore[attr-defined]
+        # this run's share of our children's rusage: validate and everything it waited for
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        total = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
         lines = sampler.report(total)
     (bundle,) = [p for p in (out / "ev").iterdir() if p.is_dir() and not p.name.startswith(".")]
     coverage = json.loads((bundle / "coverage.json").read_text())
     rows = [json.loads(line) for line in (bundle / "cases.jsonl").read_text().splitlines()]
     return wall, coverage, {r["id"]: r["status"] for r in rows}, lines
-
-
-run_catalog.accounted = 0.0  # type: ignore[attr-defined]  # CPU of earlier runs in RUSAGE_CHILDREN
 
 
 def main() -> int:

@@ -184,25 +184,22 @@ def run_sample(
             return outcome
         coverage = json.loads((bundles[0] / "coverage.json").read_text(encoding="utf-8"))
         for case in coverage["cases"]:
-            if case["status"] in ("failed", "error", "missing"):
-                detail = _failed_criteria(bundles[0], case["id"])
-                reason = str(case.get("reason") or case["status"])[:300]
+            status = case["status"]
+            outcome.counts[status] = outcome.counts.get(status, 0) + 1
+            if status in ("failed", "error", "missing"):
+                outcome.failed_cases.append(case["id"])
+                reason = str(case.get("reason") or status)[:300]
+                detail = _failed_criteria(bundles[0], case["id"])  # read while the bundle exists
                 outcome.reasons[case["id"]] = f"{reason} ({detail})" if detail else reason
-        if keep is not None and outcome.reasons and not sample.defective:
-            kept = keep / sample.spec.replace(":", "-")
-            shutil.copytree(bundles[0], kept, dirs_exist_ok=True)
-            outcome.kept = kept
-    for case in coverage["cases"]:
-        status = case["status"]
-        outcome.counts[status] = outcome.counts.get(status, 0) + 1
-        if status in ("failed", "error", "missing"):
-            outcome.failed_cases.append(case["id"])
-            if case["family"] not in outcome.failed_families:
-                outcome.failed_families.append(case["family"])
-        elif status == "relaxed":
-            outcome.relaxed_cases.append(case["id"])
-        elif status == "skipped":
-            outcome.skipped[case["id"]] = str(case.get("reason") or "")
+                if case["family"] not in outcome.failed_families:
+                    outcome.failed_families.append(case["family"])
+            elif status == "relaxed":
+                outcome.relaxed_cases.append(case["id"])
+            elif status == "skipped":
+                outcome.skipped[case["id"]] = str(case.get("reason") or "")
+        if keep is not None and outcome.failed_cases and not sample.defective:
+            outcome.kept = keep / sample.spec.replace(":", "-")
+            shutil.copytree(bundles[0], outcome.kept, dirs_exist_ok=True)
     return outcome
 
 

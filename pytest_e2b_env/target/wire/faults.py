@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fnmatch
+import functools
 import json
 import threading
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
@@ -349,14 +350,12 @@ class FaultMiddleware:
             await self.target.lose(sandbox_id)
             await self.app(scope, receive, send)
             return
-
-        async def lose() -> None:
-            await self.target.lose(sandbox_id)
-
         # mid-command: the stream delivers its first event (the pid), then the VM vanishes. Nothing
         # the app says after that may reach the client: a command that ended before the kill landed
         # would otherwise still deliver its end event, and a "lost" sandbox would answer correctly.
-        await self._cut(scope, receive, send, stream=True, before_cut=lose)
+        await self._cut(
+            scope, receive, send, stream=True, before_cut=functools.partial(self.target.lose, sandbox_id)
+        )
 
     async def _drop(self, scope: Scope, receive: Receive, send: Send, template: str) -> None:
         await self._cut(scope, receive, send, stream=self.target.is_stream(template))
