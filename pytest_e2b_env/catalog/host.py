@@ -13,6 +13,7 @@ harness removes what the ledger shows the case created, and the next case gets a
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import select
@@ -206,11 +207,13 @@ def _child(req_fd: int, rep_fd: int) -> int:
                 target = Target(backend, TargetSettings(mode=info["mode"], run_id=info["run_id"]))
                 spec = request["subject"]
                 subject = load_subject(spec["spec"], spec["kind"], spec.get("contract"))
+                gc.freeze()  # the subject and its imports live as long as the host: collections skip them
                 reply({"ok": True})
             elif op == "warm_up":
                 if subject.contract.warm_up is not None:
                     with target.scoped_env(), contextlib.suppress(Exception):
                         subject.contract.warm_up()
+                gc.freeze()
                 reply({"ok": True})
             elif op == "run":
                 case = Case.model_validate(request["case"])
@@ -221,6 +224,16 @@ def _child(req_fd: int, rep_fd: int) -> int:
                     extra_tools=list(request.get("extra_tools") or []),
                     relax=frozenset(request.get("relax") or ()),
                 )
+                # Free the case's unreachable objects before the next case's subject code runs.
+                # A cancelled batch leaves SDK tasks in reference cycles, freed by the collector
+                # at any allocation of a later case; a failed task's finalizer logs its traceback,
+                # which on CPython 3.11 runs ``ast.parse`` on the source line. Nested inside the
+                # subject's own ``ast.parse``, that resets the interpreter's one AST depth counter
+                # and the subject's parse raises SystemError: a correct candidate scores 0.
+                # What survives is frozen, as the imports were: the next collection walks only
+                # what the next case makes (a cycle that dies later stays until the host ends).
+                gc.collect()
+                gc.freeze()
                 reply({"ok": True, "record": json.loads(record.to_json())})
             elif op == "stop":
                 server = sys.modules.get("pytest_e2b_env.episode.server")

@@ -67,14 +67,28 @@ def find_code_block(text: str) -> str | None:
     return None
 
 
+#: How many times a parse that raised SystemError is tried again (see :func:`syntax_problem`).
+SYSTEM_ERROR_RETRIES = 2
+
+
 def syntax_problem(code: str) -> str | None:
-    """None when ``code`` parses as Python 3; otherwise the parser failure, named."""
-    try:
-        code.encode("utf-8")
-        ast.parse(code, filename="<candidate>", mode="exec")
-    except Exception as exc:  # MemoryError/RecursionError/ValueError/SyntaxError: all candidate faults
-        return type(exc).__name__
-    return None
+    """None when ``code`` parses as Python 3; otherwise the parser failure, named.
+
+    ``SystemError`` is the interpreter's, not the candidate's: CPython 3.11 keeps one AST depth
+    counter per interpreter, so a parse nested in ours (a finalizer logging a traceback while the
+    collector runs mid-parse) or one in another thread makes ours raise "AST constructor
+    recursion depth mismatch". Such a parse is tried again before it counts.
+    """
+    for _ in range(1 + SYSTEM_ERROR_RETRIES):
+        try:
+            code.encode("utf-8")
+            ast.parse(code, filename="<candidate>", mode="exec")
+        except SystemError:
+            continue  # the interpreter's, see above: parse again
+        except Exception as exc:  # MemoryError/RecursionError/ValueError/SyntaxError: candidate faults
+            return type(exc).__name__
+        return None
+    return "SystemError"
 
 
 def extract_code(completion: Any) -> Extracted:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import string
 
 import pytest
@@ -10,7 +12,7 @@ from hypothesis import strategies as st
 from reward_helpers import CANDIDATES
 
 from pytest_e2b_env.reward import extract_code
-from pytest_e2b_env.reward.extract import CODE_LIMIT_BYTES, find_code_block
+from pytest_e2b_env.reward.extract import CODE_LIMIT_BYTES, find_code_block, syntax_problem
 
 # Bodies that cannot close or open a fence themselves.
 bodies = st.lists(
@@ -109,3 +111,41 @@ def test_null_byte_and_surrogates_are_syntax() -> None:
     """Sources the parser or UTF-8 cannot take are syntax zeros."""
     assert extract_code("```python\nprint(1)\x00\n```").reason == "syntax"
     assert extract_code("```python\nprint('\ud800')\n```").reason == "syntax"
+
+
+class _Holder:
+    """Something only the cyclic collector frees."""
+
+    task: asyncio.Future[None]
+    self: _Holder
+
+
+async def _fails() -> None:
+    raise ConnectionError("stream cut")
+
+
+def test_a_parse_broken_by_the_interpreter_is_tried_again() -> None:
+    """A correct program is no syntax zero when a finalizer logged a traceback during its parse.
+
+    A failed task nobody awaited, in a reference cycle (what a cancelled batch leaves), is freed
+    by the collector at some allocation of our parse; its finalizer logs the traceback, whose
+    formatting parses too, and CPython 3.11 then raises SystemError from our ``ast.parse``.
+    """
+    loop = asyncio.new_event_loop()
+    was_enabled, threshold = gc.isenabled(), gc.get_threshold()
+    gc.disable()
+    try:
+        holder = _Holder()
+        holder.task = loop.create_task(_fails())
+        loop.run_until_complete(asyncio.sleep(0.01))
+        holder.self = holder
+        del holder
+        gc.set_threshold(1)  # collect at the first allocation, as a busy process may at any
+        gc.enable()
+        problem = syntax_problem("import json\nprint(json.dumps({'a': 1}))\n")
+    finally:
+        gc.set_threshold(*threshold)
+        if not was_enabled:
+            gc.disable()
+        loop.close()
+    assert problem is None
