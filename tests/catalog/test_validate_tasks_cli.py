@@ -41,6 +41,8 @@ def test_validate_tasks_catches_the_echo_task(tmp_path: Path, monkeypatch: pytes
     from pytest_e2b_env.cli.validate import main
 
     monkeypatch.chdir(tmp_path)
+    # a project of its own (validate reads the current project's config), quiet about pytest-asyncio
+    (tmp_path / "pytest.ini").write_text("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
     assert main(["--tasks", str(ECHO), "--output", str(tmp_path / "ev"), "-q"]) == 1
     (bundle,) = [p for p in (tmp_path / "ev").iterdir() if p.is_dir()]
     doc = json.loads((bundle / "tasks.json").read_text())
