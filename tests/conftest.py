@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import os
+from collections.abc import Iterator
 
 # pytester's in-process runs drop every module first imported inside them. If httpcore is first
 # imported there, a later copy of it no longer matches the exception map httpx built from the first
@@ -22,3 +24,27 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 def _no_job_summary(monkeypatch: pytest.MonkeyPatch) -> None:
     """Runs inside tests never append to the CI job's summary (the outer run's catalog summary still does)."""
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+
+
+# Each test starts clean of the garbage the one before left. A cancelled SDK stream leaves a failed
+# task in a reference cycle; freed by the collector during a later test, its finalizer logs the
+# traceback, and on CPython 3.11 that formatting's ``ast.parse``, nested in any parse under way
+# (pytest rewriting a module imported for the first time, a reward's syntax check), makes the
+# outer parse raise SystemError. The objects a test leaves alive are frozen after it, so each
+# collection walks only one test's objects; at a module's end they are unfrozen once, so what its
+# fixtures held is collected too.
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What collection imported lives for the whole session: later collections skip it."""
+    gc.collect()
+    gc.freeze()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After a test's teardown, free its garbage (and, at a module's end, its fixtures')."""
+    yield
+    if nextitem is None or getattr(nextitem, "module", None) is not getattr(item, "module", None):
+        gc.unfreeze()
+    gc.collect()
+    gc.freeze()
