@@ -1,4 +1,9 @@
-"""A case host starts each case clean: what an earlier case left for the collector cannot reach it."""
+"""Garbage one part of a run leaves for the collector cannot break a later part.
+
+A failed task nobody awaited, in a reference cycle (what a cancelled SDK stream leaves), logs its
+traceback when the collector frees it; on CPython 3.11 that formatting's ``ast.parse``, nested in
+a parse under way, makes the outer parse raise SystemError.
+"""
 
 from __future__ import annotations
 
