@@ -23,6 +23,8 @@ from pytest_e2b_env.target import Target
 from pytest_e2b_env.target.tags import created_ids
 
 CALL_TIMEOUT = 120.0
+#: How long the subject's tasks a cancellation cut loose may take to end (their ``finally`` kills).
+SETTLE_TIMEOUT = 30.0
 
 
 def fence(source: str, info: str = "python") -> str:
@@ -165,6 +167,7 @@ class RewardDriver:
         self.target = target
         self.secrets = secrets
         self.obs = Observation(subject="reward")
+        self._cut_loose: set[asyncio.Task[Any]] = set()
 
     async def _observe(self, name: str, thunk: Callable[[], Any], args: dict[str, Any] | None = None) -> Any:
         call = Call(name=name, args=args or {}, mark_start=self.target.ledger_mark())
@@ -221,14 +224,24 @@ class RewardDriver:
             call.error = exception_info(exc, self.secrets)
         call.seconds = time.perf_counter() - started
         call.mark_end = self.target.ledger_mark()
+        # ``gather`` without ``return_exceptions`` raises as soon as one child is cancelled, while
+        # the others still run their ``finally`` (a kill in flight): the subject's, not kept ones.
+        self._cut_loose = {t for t in asyncio.all_tasks() if t.cancelling() and not t.done()}
+
+    async def _settle(self) -> None:
+        """Let the tasks the cancellation cut loose end (bounded) before asking what was kept."""
+        pending = [t for t in self._cut_loose if not t.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=SETTLE_TIMEOUT)
 
     def _kept(self, start: int, first_end: int) -> list[str]:
         """Sandboxes the first call created and used that are still alive after the calls.
 
-        Looked at after the second batch, not the moment the first call returns: a cancelled
-        ``gather`` returns while its other tasks still run their ``finally`` (a kill in flight),
-        and a create the cancellation cut off makes a sandbox the subject never heard of. Neither
-        is a sandbox kept across calls.
+        Looked at after the second batch and after the tasks the cancellation cut loose have
+        ended (:meth:`_settle`), not the moment the first call returns: a cancelled ``gather``
+        returns while its other tasks still run their ``finally`` (a kill in flight, slow on a
+        loaded machine), and a create the cancellation cut off makes a sandbox the subject never
+        heard of. Neither is a sandbox kept across calls.
         """
         entries = self.target.ledger(since=start)
         first = set(created_ids(entries, end=first_end))
@@ -274,6 +287,7 @@ class RewardDriver:
             first_end = self.target.ledger_mark()
             if spec.second_batch is not None:
                 await self._call_reward(fn, spec.second_batch, "second_batch")
+            await self._settle()
             self.obs.alive_after_first_call = self._kept(mark0, first_end)
         finally:
             if exit_fn is not None:

@@ -238,3 +238,26 @@ def test_a_create_in_flight_at_cancellation_is_no_kept_sandbox(target: Target) -
     assert result.status == "skipped", result.failure_message()
     assert "keeps no sandbox" in str(result.reason)
     assert target.alive_ids() == set()
+
+
+def test_a_kill_in_flight_at_cancellation_is_no_kept_sandbox(target: Target) -> None:
+    """A stateless reward whose cancelled tasks are still killing their sandboxes keeps nothing.
+
+    ``gather`` raises at the first cancelled child while the others run their ``finally``; on a
+    loaded machine their kills landed after the second batch, so the sandboxes were still alive
+    when asked, counted as kept, and a correct subject failed the cancel-poisons case.
+    """
+    import sys
+
+    from pytest_e2b_env.catalog.loader import default_cases_dir, load_cases
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures" / "subjects"))
+    (base,) = [c for c in load_cases([default_cases_dir()]) if c.id == "reward-lifecycle-cancel-poisons"]
+    raw = base.model_dump(mode="json", exclude_none=True)
+    # the first call's second kill is slow; gather has raised at the first, which was quick
+    raw["faults"] = [{"route": "DELETE /sandboxes/*", "after": 1, "answer": {"delay": 3}, "times": 1}]
+    (case,) = parse_cases_from_dicts([raw], str(default_cases_dir() / "lifecycle.toml"))
+    result = run_case(case, load_subject("baseline_reward_mask:make_reward", "reward"), target)
+    assert result.status == "skipped", result.failure_message()
+    assert "keeps no sandbox" in str(result.reason)
+    assert target.alive_ids() == set()
