@@ -93,6 +93,8 @@ class Observation:
     alive_after_reset: list[list[str]] = field(default_factory=list)
     leaked: list[str] = field(default_factory=list)
     leaked_after_sweep: list[str] = field(default_factory=list)
+    #: left alive, but made by a create the catalog's cancellation cut off: never the subject's to kill
+    cut_off: list[str] = field(default_factory=list)
     cleanup: list[dict[str, Any]] = field(default_factory=list)
     create_info: dict[str, dict[str, Any]] = field(default_factory=dict)
     driver_error: dict[str, Any] | None = None
@@ -162,5 +164,6 @@ class Observation:
             "alive_after_reset": self.alive_after_reset,
             "leaked": self.leaked,
             "leaked_after_sweep": self.leaked_after_sweep,
+            "cut_off": self.cut_off,
             "driver_error": self.driver_error,
         }

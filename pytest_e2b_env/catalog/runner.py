@@ -29,6 +29,8 @@ from pytest_e2b_env.target.tags import created_ids
 #: Families whose candidates or scripts attack the sandbox: below the namespaces isolation level
 #: they would run on the host itself, so they are skipped with the level's reason instead.
 NEEDS_NAMESPACES = ("hostile", "isolation")
+#: How long a case's end waits for create requests still in flight (each is this case's sandbox).
+CREATE_SETTLE = 30.0
 
 
 class SandboxWatcher:
@@ -92,20 +94,46 @@ def _create_info(target: Target, obs: Observation) -> None:
         obs.create_info[str(sid)] = info
 
 
-def _cleanup(target: Target, obs: Observation) -> None:
+def _cancelled_at(obs: Observation) -> int | None:
+    """The ledger mark where the catalog's cancelled batch had returned, if the case cancelled one."""
+    for call in obs.calls:
+        if call.args.get("cancel_on") is not None:
+            return call.mark_end
+    return None
+
+
+def _cut_off(obs: Observation, cancelled_at: int | None) -> set[str]:
+    """Sandboxes made by a create the cancellation cut off: answered after the cancelled call had
+    returned, and never used.
+
+    The subject never had their ids (its SDK create was cancelled before the answer), so no
+    subject could kill them; the harness does, and says so. A create answered before that point
+    stays the subject's, as any other.
+    """
+    if cancelled_at is None:
+        return set()
+    used = {str(e["sandbox_id"]) for e in obs.ledger if e.get("sandbox_id") and e.get("op") != "create"}
+    return set(obs.created(start=cancelled_at)) - used
+
+
+def _cleanup(target: Target, obs: Observation, cancelled_at: int | None = None) -> None:
     """The harness owns cleanup: kill every sandbox the case created (ledger), whatever its tags.
 
-    ``leaked`` is what the subject left alive; ``leaked_after_sweep`` what the harness itself could
-    not remove (the run-id sweep and ``reap`` then still own it).
+    ``leaked`` is what the subject left alive; ``cut_off`` what a create the catalog's
+    cancellation cut off left (not the subject's); ``leaked_after_sweep`` what the harness itself
+    could not remove (the run-id sweep and ``reap`` then still own it).
     """
     created = obs.created()
     alive = target.alive_ids()
-    obs.leaked = [sid for sid in created if sid in alive]
+    left = [sid for sid in created if sid in alive]
+    cut = _cut_off(obs, cancelled_at)
+    obs.leaked = [sid for sid in left if sid not in cut]
+    obs.cut_off = [sid for sid in left if sid in cut]
     stuck: dict[str, str] = {}
-    for sid in obs.leaked:
+    for sid in left:
         if not target.kill(sid):
             stuck[sid] = "would not die after the case; the emulator/proxy reaps it at session end"
-    alive = target.alive_ids() if obs.leaked else alive
+    alive = target.alive_ids() if left else alive
     obs.leaked_after_sweep = [sid for sid in created if sid in alive]
     now = time.time()
     for sid in created:
@@ -117,7 +145,13 @@ def _cleanup(target: Target, obs: Observation) -> None:
                 "created_at": info.get("created_at"),
                 "confirmed_absent_at": None if sid in stuck else now,
                 "error": stuck.get(sid)
-                or ("leaked: alive after the case, killed by the catalog" if sid in obs.leaked else None),
+                or ("leaked: alive after the case, killed by the catalog" if sid in obs.leaked else None)
+                or (
+                    "made by a create the catalog's cancellation cut off (the subject never had its id); "
+                    "killed by the catalog"
+                    if sid in obs.cut_off
+                    else None
+                ),
             }
         )
 
@@ -197,9 +231,10 @@ def run_case(
         finally:
             target.faults.clear()
     target.faults.clear()  # again: the watcher may have pinned a deferred fault at the very end
+    target.wait_for_creates(CREATE_SETTLE)  # a create the subject gave up on is this case's
     obs.ledger = target.ledger(since=mark)
     _create_info(target, obs)
-    _cleanup(target, obs)
+    _cleanup(target, obs, _cancelled_at(obs))
     not_applicable_reason = not_applicable(case, obs)
     if not_applicable_reason is not None:
         return _record(case, subject, "skipped", not_applicable_reason, [], obs, started, secrets)

@@ -250,6 +250,10 @@ class Emulator:
         """A mark to pass to :meth:`ledger` to see only later entries."""
         return int(self._control("GET", "/ledger/mark")["mark"])
 
+    def creates_in_flight(self) -> int:
+        """Create requests received and not yet answered (their ledger entries are to come)."""
+        return int(self._control("GET", "/ledger/mark")["creating"])
+
     def ledger(self, since: int = 0) -> list[dict[str, Any]]:
         """Ledger entries (``t, method, route, sandbox_id, status, op, detail``) since a mark."""
         rows: list[dict[str, Any]] = self._control("GET", f"/ledger?since={int(since)}")

@@ -233,6 +233,10 @@ class FaultProxy:
         """A mark to pass to :meth:`ledger` to see only later entries."""
         return self._ledger.mark()
 
+    def creates_in_flight(self) -> int:
+        """Create requests received and not yet answered (their ledger entries are to come)."""
+        return self._ledger.creating()
+
     def ledger(self, since: int = 0) -> list[dict[str, Any]]:
         """Ledger entries since a mark, oldest first, in the emulator's format.
 

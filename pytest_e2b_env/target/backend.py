@@ -93,6 +93,10 @@ class Backend(Protocol):
         """Ledger entries since ``since``, oldest first."""
         ...
 
+    def creates_in_flight(self) -> int:
+        """Create requests received and not yet answered (their ledger entries are to come)."""
+        ...
+
     def close(self) -> None:
         """Stop serving (the emulator also kills its sandboxes)."""
         ...

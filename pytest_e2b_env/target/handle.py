@@ -9,6 +9,7 @@ the process environment afterwards so nothing leaks into the user's session.
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any
 
 from pytest_e2b_env.environ import scoped_environ
@@ -106,6 +107,18 @@ class Target:
     def ledger(self, since: int = 0) -> list[dict[str, Any]]:
         """Ledger entries since ``since``, oldest first."""
         return list(self.backend.ledger(since=since))
+
+    def wait_for_creates(self, timeout: float) -> int:
+        """Wait (at most ``timeout`` s) until no create request is in flight; how many still are.
+
+        A create the subject gave up on (a cancelled call) still makes its sandbox when the
+        answer is ready; reading the ledger before that would miss it here and blame it on the
+        next case.
+        """
+        deadline = time.monotonic() + timeout
+        while (left := self.backend.creates_in_flight()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return int(left)
 
     def kill(self, sandbox_id: str) -> bool:
         """Kill one sandbox through the real SDK and confirm it gone (used for leak cleanup)."""

@@ -218,6 +218,18 @@ def test_untagged_sandboxes_are_advice_never_a_failure(target: Target) -> None:
     assert tagged.advice == []
 
 
+def _cancel_case(faults: list[dict[str, Any]]) -> Any:
+    """The catalog's ``reward-lifecycle-cancel-poisons`` with these faults (sample subjects importable)."""
+    import sys
+
+    from pytest_e2b_env.catalog.loader import default_cases_dir, load_cases
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures" / "subjects"))
+    (base,) = [c for c in load_cases([default_cases_dir()]) if c.id == "reward-lifecycle-cancel-poisons"]
+    raw = {**base.model_dump(mode="json", exclude_none=True), "faults": faults}
+    return parse_cases_from_dicts([raw], str(default_cases_dir() / "lifecycle.toml"))[0]
+
+
 def test_a_create_in_flight_at_cancellation_is_no_kept_sandbox(target: Target) -> None:
     """A stateless reward cancelled while a create is in flight keeps nothing: the pool case does not apply.
 
@@ -225,15 +237,8 @@ def test_a_create_in_flight_at_cancellation_is_no_kept_sandbox(target: Target) -
     it as "kept across calls" ran the cancel-poisons case on a subject without a pool, and a
     correct one failed it on a loaded machine, where that window is wide.
     """
-    import sys
-
-    from pytest_e2b_env.catalog.loader import default_cases_dir, load_cases
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures" / "subjects"))
-    (base,) = [c for c in load_cases([default_cases_dir()]) if c.id == "reward-lifecycle-cancel-poisons"]
-    raw = base.model_dump(mode="json", exclude_none=True)
-    raw["faults"] = [{"route": "POST /v2/sandboxes", "after": 1, "answer": {"delay": 3}}]  # the second create
-    (case,) = parse_cases_from_dicts([raw], str(default_cases_dir() / "lifecycle.toml"))
+    # the second create is slow
+    case = _cancel_case([{"route": "POST /v2/sandboxes", "after": 1, "answer": {"delay": 3}}])
     result = run_case(case, load_subject("baseline_reward_mask:make_reward", "reward"), target)
     assert result.status == "skipped", result.failure_message()
     assert "keeps no sandbox" in str(result.reason)
@@ -247,17 +252,27 @@ def test_a_kill_in_flight_at_cancellation_is_no_kept_sandbox(target: Target) -> 
     loaded machine their kills landed after the second batch, so the sandboxes were still alive
     when asked, counted as kept, and a correct subject failed the cancel-poisons case.
     """
-    import sys
-
-    from pytest_e2b_env.catalog.loader import default_cases_dir, load_cases
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures" / "subjects"))
-    (base,) = [c for c in load_cases([default_cases_dir()]) if c.id == "reward-lifecycle-cancel-poisons"]
-    raw = base.model_dump(mode="json", exclude_none=True)
     # the first call's second kill is slow; gather has raised at the first, which was quick
-    raw["faults"] = [{"route": "DELETE /sandboxes/*", "after": 1, "answer": {"delay": 3}, "times": 1}]
-    (case,) = parse_cases_from_dicts([raw], str(default_cases_dir() / "lifecycle.toml"))
+    case = _cancel_case([{"route": "DELETE /sandboxes/*", "after": 1, "answer": {"delay": 3}, "times": 1}])
     result = run_case(case, load_subject("baseline_reward_mask:make_reward", "reward"), target)
     assert result.status == "skipped", result.failure_message()
     assert "keeps no sandbox" in str(result.reason)
     assert target.alive_ids() == set()
+
+
+def test_a_create_the_cancellation_cut_off_is_the_harness_to_remove(target: Target) -> None:
+    """A pool cancelled while creating a worker passes; the sandbox that create made is swept.
+
+    The cancelled SDK call never gets the answer, yet the sandbox is made when it is ready: by
+    the case's end (a leak the subject could not have avoided) or after it (then nobody's). The
+    case waits for creates in flight and the harness kills, and names, what such a create made.
+    """
+    # the second worker's create is slow
+    case = _cancel_case([{"route": "POST /v2/sandboxes", "after": 1, "answer": {"delay": 1}}])
+    result = run_case(case, load_subject("baseline_reward_pool:SandboxPool", "reward"), target)
+    assert target.alive_ids() == set()
+    assert result.status == "passed", result.failure_message()
+    assert len(result.observed["cut_off"]) == 1, result.observed["cut_off"]
+    (swept,) = [r for r in result.cleanup if r["sandbox_id"] in result.observed["cut_off"]]
+    assert "cancellation cut off" in swept["error"]
+    assert swept["confirmed_absent_at"]

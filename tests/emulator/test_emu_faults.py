@@ -104,6 +104,28 @@ def test_delay_passes_through(emu: Emulator, sbx: Any, faults: Any) -> None:
     assert [r["fired"] for r in faults.list() if r["id"] == rule] == [1]
 
 
+def test_a_delayed_create_the_client_gave_up_on_still_makes_its_sandbox(
+    emu: Emulator, faults: Any, opts: dict[str, str]
+) -> None:
+    """A delay holds a request it has received whole: a create whose client left meanwhile is
+    carried out (as E2B carries out a create it received), and is counted in flight until then."""
+    import time
+
+    mark = emu.ledger_mark()
+    faults.add(route="POST /v2/sandboxes", answer={"delay": 1.0}, times=1)
+    with pytest.raises(httpx.TimeoutException):
+        Sandbox.create(**opts, request_timeout=0.3)  # the client gives up during the delay
+    assert emu.creates_in_flight() == 1
+    deadline = time.monotonic() + 30
+    while emu.creates_in_flight() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    made = [e["sandbox_id"] for e in emu.ledger(since=mark) if e["op"] == "create"]
+    assert len(made) == 1
+    assert emu.creates_in_flight() == 0
+    assert made[0] in {s["sandbox_id"] for s in emu.sandboxes()}
+    Sandbox.kill(made[0], **opts)
+
+
 def test_drop_stream_cuts_the_command_stream(emu: Emulator, sbx: Any, faults: Any) -> None:
     """drop_stream cuts the Start stream after its first event; the SDK raises, the sandbox lives on."""
     faults.add(route="POST /process.Process/Start", answer={"drop_stream": True})

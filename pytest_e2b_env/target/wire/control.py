@@ -103,7 +103,7 @@ class ControlEndpoint:
             self.faults.clear()
             return answer(204)
         if (method, path) == ("GET", "/ledger/mark"):
-            return answer(200, {"mark": self.ledger.mark()})
+            return answer(200, {"mark": self.ledger.mark(), "creating": self.ledger.creating()})
         if (method, path) == ("GET", "/ledger"):
             try:
                 since = int(query.get("since", ["0"])[0])

@@ -241,6 +241,18 @@ async def drain(receive: Receive, limit: int) -> None:
             return
 
 
+#: The largest body a ``delay`` answer reads before it waits (a declared larger one waits unread).
+DELAY_BODY_LIMIT = 1 << 20
+
+
+def _declared_length(scope: Scope) -> int:
+    """The request's Content-Length (0 without one; a chunked body is read up to the limit)."""
+    for name, value in scope.get("headers", []):
+        if name.lower() == b"content-length":
+            return int(value) if value.strip().isdigit() else DELAY_BODY_LIMIT + 1
+    return 0
+
+
 def _replay(body: bytes, receive: Receive) -> Receive:
     sent = False
 
@@ -332,6 +344,15 @@ class FaultMiddleware:
             await send_json_error(send, status, text, extra)
             return
         if answer.delay is not None:
+            if body_text is None and _declared_length(scope) <= DELAY_BODY_LIMIT:
+                # Received, then slow, as a busy server is: the request is whole before the wait,
+                # so a client that gives up meanwhile (a cancelled create) still gets it carried
+                # out, as E2B carries out a create it received. Larger uploads wait unread.
+                try:
+                    receive = _replay(await read_body(receive, DELAY_BODY_LIMIT), receive)
+                except BodyTooLarge as exc:
+                    await send_json_error(send, 413, str(exc))
+                    return
             await asyncio.sleep(answer.delay)
             await self.app(scope, receive, send)
             return

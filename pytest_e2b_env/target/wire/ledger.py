@@ -61,6 +61,7 @@ class Ledger:
     def __init__(self, capacity: int = 200_000) -> None:
         self._entries: deque[dict[str, Any]] = deque(maxlen=capacity)
         self._next = 0
+        self._creating = 0  # create requests received and not yet answered (their entry is to come)
         self._lock = threading.Lock()
 
     def record(
@@ -102,6 +103,16 @@ class Ledger:
         """The sequence number the next entry will get; pass it to :meth:`since`."""
         with self._lock:
             return self._next
+
+    def creating(self, change: int = 0) -> int:
+        """Create requests in flight (received, entry not yet recorded), after adding ``change``.
+
+        A create whose client went away (a cancelled ``AsyncSandbox.create``) still makes its
+        sandbox: until it is recorded, a reader of the ledger cannot know it exists.
+        """
+        with self._lock:
+            self._creating += change
+            return self._creating
 
     def since(self, mark: int = 0) -> list[dict[str, Any]]:
         """Every kept entry with ``seq >= mark``, oldest first."""

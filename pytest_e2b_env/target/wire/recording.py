@@ -174,7 +174,12 @@ class RecordingMiddleware:
                     record()
             await send(message)
 
+        counted = op == "create"
+        if counted:
+            self.ledger.creating(+1)
         try:
             await self.app(scope, teeing_receive if tee else receive, recording_send)
         finally:
             record()
+            if counted:
+                self.ledger.creating(-1)
