@@ -20,7 +20,7 @@ from pytest_e2b_env.catalog.model import Case, Completion
 from pytest_e2b_env.catalog.observe import Call, Observation, exception_info
 from pytest_e2b_env.errors import ConfigError
 from pytest_e2b_env.target import Target
-from pytest_e2b_env.target.tags import created_ids
+from pytest_e2b_env.target.tags import created_ids, used_ids
 
 CALL_TIMEOUT = 120.0
 #: How long the subject's tasks a cancellation cut loose may take to end (their ``finally`` kills).
@@ -245,8 +245,7 @@ class RewardDriver:
         """
         entries = self.target.ledger(since=start)
         first = set(created_ids(entries, end=first_end))
-        used = {str(e["sandbox_id"]) for e in entries if e.get("sandbox_id") and e.get("op") != "create"}
-        return sorted(first & used & self.target.alive_ids())
+        return sorted(first & used_ids(entries) & self.target.alive_ids())
 
     @staticmethod
     async def _as_awaitable(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:

@@ -24,7 +24,7 @@ from pytest_e2b_env.catalog.record import CaseRecord
 from pytest_e2b_env.catalog.verdict import judge
 from pytest_e2b_env.evidence.records import criterion
 from pytest_e2b_env.target import Target
-from pytest_e2b_env.target.tags import created_ids
+from pytest_e2b_env.target.tags import created_ids, used_ids
 
 #: Families whose candidates or scripts attack the sandbox: below the namespaces isolation level
 #: they would run on the host itself, so they are skipped with the level's reason instead.
@@ -112,8 +112,7 @@ def _cut_off(obs: Observation, cancelled_at: int | None) -> set[str]:
     """
     if cancelled_at is None:
         return set()
-    used = {str(e["sandbox_id"]) for e in obs.ledger if e.get("sandbox_id") and e.get("op") != "create"}
-    return set(obs.created(start=cancelled_at)) - used
+    return set(obs.created(start=cancelled_at)) - used_ids(obs.ledger)
 
 
 def _cleanup(target: Target, obs: Observation, cancelled_at: int | None = None) -> None:

@@ -205,3 +205,8 @@ def created_ids(
 ) -> list[str]:
     """Ids of the sandboxes a target's ledger recorded as created (once each, in order)."""
     return list(created_entries(entries, start, end))
+
+
+def used_ids(entries: Iterable[Mapping[str, Any]]) -> set[str]:
+    """Sandboxes some request other than their create concerned (someone had their id)."""
+    return {str(e["sandbox_id"]) for e in entries if e.get("sandbox_id") and e.get("op") != "create"}

@@ -267,8 +267,8 @@ def test_a_create_the_cancellation_cut_off_is_the_harness_to_remove(target: Targ
     the case's end (a leak the subject could not have avoided) or after it (then nobody's). The
     case waits for creates in flight and the harness kills, and names, what such a create made.
     """
-    # the second worker's create is slow
-    case = _cancel_case([{"route": "POST /v2/sandboxes", "after": 1, "answer": {"delay": 1}}])
+    # the second worker's create is slow: still unanswered when the first worker's command starts
+    case = _cancel_case([{"route": "POST /v2/sandboxes", "after": 1, "answer": {"delay": 3}}])
     result = run_case(case, load_subject("baseline_reward_pool:SandboxPool", "reward"), target)
     assert target.alive_ids() == set()
     assert result.status == "passed", result.failure_message()

@@ -245,12 +245,12 @@ async def drain(receive: Receive, limit: int) -> None:
 DELAY_BODY_LIMIT = 1 << 20
 
 
-def _declared_length(scope: Scope) -> int:
-    """The request's Content-Length (0 without one; a chunked body is read up to the limit)."""
-    for name, value in scope.get("headers", []):
-        if name.lower() == b"content-length":
-            return int(value) if value.strip().isdigit() else DELAY_BODY_LIMIT + 1
-    return 0
+def content_length(headers: Any) -> int | None:
+    """The Content-Length of ASGI ``headers`` (None when absent or not a number)."""
+    for name, value in headers:
+        if name.lower() == b"content-length" and value.strip().isdigit():
+            return int(value)
+    return None
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
@@ -344,7 +344,8 @@ class FaultMiddleware:
             await send_json_error(send, status, text, extra)
             return
         if answer.delay is not None:
-            if body_text is None and _declared_length(scope) <= DELAY_BODY_LIMIT:
+            declared = content_length(scope.get("headers", []))
+            if body_text is None and (declared or 0) <= DELAY_BODY_LIMIT:
                 # Received, then slow, as a busy server is: the request is whole before the wait,
                 # so a client that gives up meanwhile (a cancelled create) still gets it carried
                 # out, as E2B carries out a create it received. Larger uploads wait unread.

@@ -23,6 +23,7 @@ from pytest_e2b_env.target.wire.faults import (
     Receive,
     Scope,
     Send,
+    content_length,
 )
 from pytest_e2b_env.target.wire.ledger import Ledger, op_for
 from pytest_e2b_env.target.wire.routes import route_of
@@ -51,13 +52,6 @@ def sandbox_of_answer(body: bytes) -> tuple[str | None, str | None]:
         sandbox_id if isinstance(sandbox_id, str) else None,
         domain if isinstance(domain, str) and domain else None,
     )
-
-
-def _content_length(headers: Any) -> int | None:
-    for name, value in headers:
-        if name.lower() == b"content-length" and value.strip().isdigit():
-            return int(value)
-    return None
 
 
 def internet_of_create(body: bytes) -> bool | None:
@@ -160,7 +154,7 @@ class RecordingMiddleware:
         async def recording_send(message: Message) -> None:
             if message["type"] == "http.response.start":
                 state["status"] = message["status"]
-                state["length"] = _content_length(message.get("headers", []))
+                state["length"] = content_length(message.get("headers", []))
                 if not tee:
                     # Streams may stay open for minutes: record when the answer starts.
                     record()
