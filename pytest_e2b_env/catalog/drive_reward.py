@@ -214,7 +214,9 @@ class RewardDriver:
         task = asyncio.ensure_future(self._as_awaitable(fn, self._kwargs(completions, tests)))
         deadline = time.monotonic() + 60
         while not task.done() and time.monotonic() < deadline:
-            if any(e.get("op") in ("run", "run_code") for e in self.target.ledger(since=mark)):
+            # Read off the loop: a blocking read here would hold the subject still, as TRL never does.
+            entries = await asyncio.to_thread(self.target.ledger, mark)
+            if any(e.get("op") in ("run", "run_code") for e in entries):
                 break
             await asyncio.sleep(0.02)
         task.cancel()

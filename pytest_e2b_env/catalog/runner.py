@@ -95,20 +95,20 @@ def _create_info(target: Target, obs: Observation) -> None:
 
 
 def _cancelled_at(obs: Observation) -> int | None:
-    """The ledger mark where the catalog's cancelled batch had returned, if the case cancelled one."""
+    """The ledger mark where the catalog's cancelled batch started, if the case cancelled one."""
     for call in obs.calls:
         if call.args.get("cancel_on") is not None:
-            return call.mark_end
+            return call.mark_start
     return None
 
 
 def _cut_off(obs: Observation, cancelled_at: int | None) -> set[str]:
-    """Sandboxes made by a create the cancellation cut off: answered after the cancelled call had
-    returned, and never used.
+    """Sandboxes made by a create during the cancelled batch that nothing ever used.
 
-    The subject never had their ids (its SDK create was cancelled before the answer), so no
-    subject could kill them; the harness does, and says so. A create answered before that point
-    stays the subject's, as any other.
+    Whether the subject ever had such an id cannot be told from outside: the server records a
+    create as it answers, and the cancellation can land while that answer is still on its way
+    (in a socket buffer, in the SDK's parse), so the SDK call raises ``CancelledError`` and the
+    id is lost to any subject. A sandbox the subject did use is its own to kill, as any other.
     """
     if cancelled_at is None:
         return set()
