@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 from collections.abc import Iterator
+from typing import Any
 
 # pytester's in-process runs drop every module first imported inside them. If httpcore is first
 # imported there, a later copy of it no longer matches the exception map httpx built from the first
@@ -48,3 +49,44 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         gc.unfreeze()
     gc.collect()
     gc.freeze()
+
+
+# Scheduling on xdist (scripts/test: two workers, whole files each). A few files hold one test of
+# several minutes (the catch and clean guards, lanes against serial, the training runs). Left in
+# collection order, the training files start last and one worker finishes minutes after the
+# other; and xdist's stock rule queues the next file on a worker while its second-to-last test
+# runs, so a whole file waited behind the catch guard. Slow files go first (longest first, in
+# effect), and a worker is given its next file only when its last test is all it has left (the
+# worker needs that one queued item to know its next test).
+def _file_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker, files with a slow test come first (each file stays whole, in order)."""
+    if not hasattr(config, "workerinput"):
+        return
+    slow = {_file_of(item) for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: _file_of(item) not in slow)  # stable: files and tests keep their order
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` that queues a worker's next file only behind its last test."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class OneFileAhead(LoadFileScheduling):  # type: ignore[misc]
+        def _reschedule(self, node: Any) -> None:
+            if node.shutting_down:
+                return
+            if not self.workqueue:
+                node.shutdown()
+                return
+            if self._pending_of(self.assigned_work[node]) > 1:
+                return
+            self._assign_work_unit(node)
+
+    return OneFileAhead(config, log)

@@ -41,3 +41,24 @@ def test_a_test_starts_clean_of_the_garbage_of_the_one_before(pytester: pytest.P
     pytester.makepyfile(test_two=TWO_TESTS)
     result = pytester.runpytest_subprocess("-p", "no:e2b_env", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
+
+
+def test_on_xdist_slow_files_run_first_and_nothing_waits_behind_a_long_test(
+    pytester: pytest.Pytester,
+) -> None:
+    """Files with a slow test are handed out first; each file still runs whole and in order.
+
+    One worker sees the whole order: the slow file, though collected last, starts it, and the
+    scheduler still hands on every file (a worker's last queued test needs a successor to run).
+    """
+    pytester.makeconftest(CONFTEST.read_text(encoding="utf-8"))
+    pytester.makeini("[pytest]\nmarkers =\n    slow: long")
+    pytester.makepyfile(
+        test_a="def test_a1():\n    pass\n\ndef test_a2():\n    pass\n",
+        test_b="def test_b1():\n    pass\n",
+        test_z="import pytest\n\ndef test_z1():\n    pass\n\n@pytest.mark.slow\ndef test_z2():\n    pass\n",
+    )
+    result = pytester.runpytest_subprocess("-p", "no:e2b_env", "-n", "1", "--dist", "loadfile", "-v")
+    result.assert_outcomes(passed=5)
+    ran = [line.split("::")[1].split()[0] for line in result.outlines if " PASSED " in line and "::" in line]
+    assert ran == ["test_z1", "test_z2", "test_a1", "test_a2", "test_b1"], ran
