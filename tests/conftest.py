@@ -52,12 +52,12 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 # Scheduling on xdist (scripts/test: two workers, whole files each). A few files hold one test of
-# several minutes (the catch and clean guards, lanes against serial, the training runs). Left in
-# collection order, the training files start last and one worker finishes minutes after the
-# other; and xdist's stock rule queues the next file on a worker while its second-to-last test
-# runs, so a whole file waited behind the catch guard. Slow files go first (longest first, in
-# effect), and a worker is given its next file only when its last test is all it has left (the
-# worker needs that one queued item to know its next test).
+# several minutes (the catch and clean guards, lanes against serial, the training runs). xdist's
+# stock order hands out the files with the most tests first, so those one-test files came last
+# and one worker finished minutes after the other; and its rule queues a worker's next file while
+# its second-to-last test runs, so a whole file could wait behind the catch guard. Here slow files
+# go first (longest first, in effect) and a worker is given its next file only when its last test
+# is all it has left (the worker needs that one queued item to know its next test).
 def _file_of(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
 
@@ -77,6 +77,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
+
+    # xdist otherwise hands out the files with the most tests first, which put every one-test
+    # guard of several minutes last: the collection order (slow files first) is the schedule.
+    config.option.loadscopereorder = False
 
     class OneFileAhead(LoadFileScheduling):  # type: ignore[misc]
         def _reschedule(self, node: Any) -> None:

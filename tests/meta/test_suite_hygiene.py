@@ -53,12 +53,12 @@ def test_on_xdist_slow_files_run_first_and_nothing_waits_behind_a_long_test(
     """
     pytester.makeconftest(CONFTEST.read_text(encoding="utf-8"))
     pytester.makeini("[pytest]\nmarkers =\n    slow: long")
-    pytester.makepyfile(
+    pytester.makepyfile(  # xdist alone would run the file with most tests first: b, a, z
         test_a="def test_a1():\n    pass\n\ndef test_a2():\n    pass\n",
-        test_b="def test_b1():\n    pass\n",
-        test_z="import pytest\n\ndef test_z1():\n    pass\n\n@pytest.mark.slow\ndef test_z2():\n    pass\n",
+        test_b="def test_b1():\n    pass\n\ndef test_b2():\n    pass\n\ndef test_b3():\n    pass\n",
+        test_z="import pytest\n\n@pytest.mark.slow\ndef test_z1():\n    pass\n",
     )
     result = pytester.runpytest_subprocess("-p", "no:e2b_env", "-n", "1", "--dist", "loadfile", "-v")
-    result.assert_outcomes(passed=5)
+    result.assert_outcomes(passed=6)
     ran = [line.split("::")[1].split()[0] for line in result.outlines if " PASSED " in line and "::" in line]
-    assert ran == ["test_z1", "test_z2", "test_a1", "test_a2", "test_b1"], ran
+    assert ran == ["test_z1", "test_a1", "test_a2", "test_b1", "test_b2", "test_b3"], ran
