@@ -62,3 +62,32 @@ def test_on_xdist_slow_files_run_first_and_nothing_waits_behind_a_long_test(
     result.assert_outcomes(passed=6)
     ran = [line.split("::")[1].split()[0] for line in result.outlines if " PASSED " in line and "::" in line]
     assert ran == ["test_z1", "test_a1", "test_a2", "test_b1", "test_b2", "test_b3"], ran
+
+
+def test_a_thread_drawing_from_random_fails_no_property_test() -> None:
+    """A background thread that uses the global ``random`` (the e2b SDK's retry jitter, in a
+    server thread an earlier test left serving) does not make a hypothesis draw fail as flaky."""
+    import random
+    import threading
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    stop = threading.Event()
+
+    def jitter() -> None:
+        while not stop.wait(0.0001):
+            random.random()
+
+    @settings(max_examples=50, database=None)
+    @given(st.text(min_size=4).filter(lambda s: s.strip() == s))
+    def draws(text: str) -> None:
+        assert text.strip() == text
+
+    thread = threading.Thread(target=jitter, daemon=True)
+    thread.start()
+    try:
+        draws()
+    finally:
+        stop.set()
+        thread.join(timeout=10)
