@@ -94,28 +94,21 @@ def _create_info(target: Target, obs: Observation) -> None:
         obs.create_info[str(sid)] = info
 
 
-def _cancelled_at(obs: Observation) -> int | None:
-    """The ledger mark where the catalog's cancelled batch started, if the case cancelled one."""
-    for call in obs.calls:
-        if call.args.get("cancel_on") is not None:
-            return call.mark_start
-    return None
-
-
-def _cut_off(obs: Observation, cancelled_at: int | None) -> set[str]:
-    """Sandboxes made by a create during the cancelled batch that nothing ever used.
+def _cut_off(obs: Observation) -> set[str]:
+    """Sandboxes made by a create during the catalog's cancelled batch that nothing ever used.
 
     Whether the subject ever had such an id cannot be told from outside: the server records a
     create as it answers, and the cancellation can land while that answer is still on its way
     (in a socket buffer, in the SDK's parse), so the SDK call raises ``CancelledError`` and the
     id is lost to any subject. A sandbox the subject did use is its own to kill, as any other.
     """
-    if cancelled_at is None:
-        return set()
-    return set(obs.created(start=cancelled_at)) - used_ids(obs.ledger)
+    for call in obs.calls:
+        if call.args.get("cancel_on") is not None:
+            return set(obs.created(start=call.mark_start)) - used_ids(obs.ledger)
+    return set()
 
 
-def _cleanup(target: Target, obs: Observation, cancelled_at: int | None = None) -> None:
+def _cleanup(target: Target, obs: Observation) -> None:
     """The harness owns cleanup: kill every sandbox the case created (ledger), whatever its tags.
 
     ``leaked`` is what the subject left alive; ``cut_off`` what a create the catalog's
@@ -125,7 +118,7 @@ def _cleanup(target: Target, obs: Observation, cancelled_at: int | None = None) 
     created = obs.created()
     alive = target.alive_ids()
     left = [sid for sid in created if sid in alive]
-    cut = _cut_off(obs, cancelled_at)
+    cut = _cut_off(obs)
     obs.leaked = [sid for sid in left if sid not in cut]
     obs.cut_off = [sid for sid in left if sid in cut]
     stuck: dict[str, str] = {}
@@ -233,7 +226,7 @@ def run_case(
     target.wait_for_creates(CREATE_SETTLE)  # a create the subject gave up on is this case's
     obs.ledger = target.ledger(since=mark)
     _create_info(target, obs)
-    _cleanup(target, obs, _cancelled_at(obs))
+    _cleanup(target, obs)
     not_applicable_reason = not_applicable(case, obs)
     if not_applicable_reason is not None:
         return _record(case, subject, "skipped", not_applicable_reason, [], obs, started, secrets)

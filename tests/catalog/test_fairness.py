@@ -285,7 +285,7 @@ def test_an_unused_create_answered_during_the_cancelled_call_is_cut_off() -> Non
     still on its way, so the SDK call raised ``CancelledError`` and the pool never had the id.
     Counting it as the subject's leak failed a correct pool on a loaded machine.
     """
-    from pytest_e2b_env.catalog.runner import _cancelled_at, _cut_off
+    from pytest_e2b_env.catalog.runner import _cut_off
 
     def entry(seq: int, op: str, sandbox_id: str) -> dict[str, Any]:
         return {"seq": seq, "op": op, "sandbox_id": sandbox_id}
@@ -300,9 +300,9 @@ def test_an_unused_create_answered_during_the_cancelled_call_is_cut_off() -> Non
         entry(15, "create", "answer-in-flight"),  # before mark_end, never used
         entry(25, "create", "answered-after"),
     ]
-    assert _cut_off(obs, _cancelled_at(obs)) == {"answer-in-flight", "answered-after"}
+    assert _cut_off(obs) == {"answer-in-flight", "answered-after"}
     plain = Observation(subject="pool", ledger=obs.ledger, calls=[Call(name="reward", mark_start=10)])
-    assert _cut_off(plain, _cancelled_at(plain)) == set()
+    assert _cut_off(plain) == set()
 
 
 @pytest.mark.parametrize("delay", [0.2, 0.6, 1.5])
