@@ -7,6 +7,7 @@ one a serial run gives. pytest still reports items one by one in collection orde
 waits for the record its lane produced, so ``-k``, ``--lf`` and reports are unchanged, and ``-x``
 (or any stop) drops the cases not yet started. The process's own target stays free for the
 session's fixtures. Under xdist (a worker learns its items one at a time) there are no lanes.
+The hosts of one kind are forked from one template that imported the subject (catalog/hostfork.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from pytest_e2b_env.adapter.settings import Settings
     from pytest_e2b_env.catalog.contract import Subject
     from pytest_e2b_env.catalog.host import CaseHost
+    from pytest_e2b_env.catalog.hostfork import HostTemplate
     from pytest_e2b_env.catalog.model import Case
     from pytest_e2b_env.target import Target
 
@@ -31,8 +33,19 @@ if TYPE_CHECKING:
 OPEN_TIMEOUT = 120.0
 
 
-def host_for(target: Target, subject: Subject, kind: str, contract: str | None) -> CaseHost:
-    """A case host for one subject kind on ``target`` (started on first use)."""
+def host_spec(subject: Subject, kind: str, contract: str | None) -> dict[str, Any]:
+    """What a case host (or a template) imports: the subject spec, its kind and contract."""
+    return {"spec": subject.spec, "kind": kind, "contract": contract}
+
+
+def host_for(
+    target: Target,
+    subject: Subject,
+    kind: str,
+    contract: str | None,
+    template: HostTemplate | None = None,
+) -> CaseHost:
+    """A case host for one subject kind on ``target`` (started on first use; forked from ``template``)."""
     from pytest_e2b_env.catalog.host import CaseHost
 
     return CaseHost(
@@ -43,7 +56,8 @@ def host_for(target: Target, subject: Subject, kind: str, contract: str | None) 
             "mode": target.mode,
             "run_id": target.run_id,
         },
-        {"spec": subject.spec, "kind": kind, "contract": contract},
+        host_spec(subject, kind, contract),
+        template,
     )
 
 
@@ -64,6 +78,11 @@ def run_on(
     except HostDied as exc:
         # The subject took its process down: the case fails with why, the run goes on.
         return crashed(case, subject, target, mark, str(exc), time.perf_counter() - started)
+
+
+def _quietly(release: Any) -> None:
+    with contextlib.suppress(Exception):
+        release()
 
 
 @dataclass
@@ -94,7 +113,8 @@ class Lanes:
     """``width`` lanes working through ``cases`` ((node id, case, subject)) in catalog order.
 
     Each lane serves one subject kind (:func:`share_lanes`); once its kind has nothing left it
-    takes cases of a kind whose lanes are all gone (a target that did not start).
+    helps the kind with most cases left, when that kind's hosts are forked (cheap to start) or
+    all of its lanes are gone (a target that did not start).
     """
 
     def __init__(
@@ -118,6 +138,7 @@ class Lanes:
         self._stopping = False
         self._threads: list[threading.Thread] = []
         self._closers: list[Any] = []
+        self._templates: dict[str, HostTemplate] = {}
         #: Why a lane could not work (its target did not open); the reporter lists them.
         self.problems: list[str] = []
 
@@ -163,10 +184,32 @@ class Lanes:
         self.stop()
         for thread in self._threads:
             thread.join(timeout=900)
-        for closer in reversed(self._closers):
-            with contextlib.suppress(Exception):
-                closer()
+        # Each lane releases its own hosts and target, all at once: an episode host's stop closes
+        # its OpenEnv server (seconds, its sessions releasing their sandboxes), one per lane.
+        releases = [threading.Thread(target=_quietly, args=(c,), daemon=True) for c in self._closers]
+        for thread in releases:
+            thread.start()
+        for thread in releases:
+            thread.join(timeout=900)
         self._closers.clear()
+        for template in self._templates.values():  # after the hosts forked from them
+            template.close()
+        self._templates.clear()
+
+    def _forks(self, kind: str) -> bool:
+        """Whether this kind's hosts are being forked from its template (the lock is held)."""
+        template = self._templates.get(kind)
+        return template is not None and template.forking
+
+    def _template(self, subject: Subject, kind: str) -> HostTemplate:
+        """The one template this kind's hosts are forked from, in every lane."""
+        from pytest_e2b_env.catalog.hostfork import HostTemplate
+
+        with self._lock:
+            if kind not in self._templates:
+                spec = host_spec(subject, kind, self.settings.contract_for(kind))
+                self._templates[kind] = HostTemplate(spec)
+            return self._templates[kind]
 
     # ------------------------------------------------------------------ one lane
     def _next(self, kind: str, hosted: set[str]) -> tuple[str, Case, Subject] | None:
@@ -175,14 +218,17 @@ class Lanes:
                 return None
             queue = self._queues[kind]
             if not queue:
-                # Its own kind is done: help a kind no lane serves any more, or one it already
-                # hosts; starting a host for a few cases would cost more CPU than it saves.
+                # Its own kind is done: help the kind with most cases left, where a host costs
+                # little (forked from its template, or already running here) or no lane of that
+                # kind is left. A spawned host's imports would cost more CPU than they save.
                 others = [
-                    k for k in sorted(self._queues) if self._queues[k] and (k in hosted or not self._alive[k])
+                    k
+                    for k in sorted(self._queues)
+                    if self._queues[k] and (k in hosted or not self._alive[k] or self._forks(k))
                 ]
                 if not others:
                     return None
-                queue = self._queues[others[0]]
+                queue = self._queues[max(others, key=lambda k: len(self._queues[k]))]
             item = queue.popleft()
             self._started.add(item[0])
             return item
@@ -206,7 +252,9 @@ class Lanes:
 
         def host_of(subject: Subject, of: str) -> CaseHost:
             if of not in hosts:
-                hosts[of] = host_for(target, subject, of, self.settings.contract_for(of))
+                hosts[of] = host_for(
+                    target, subject, of, self.settings.contract_for(of), self._template(subject, of)
+                )
                 with contextlib.suppress(Exception):  # imports and warm-up overlap the queue's wait
                     hosts[of].start(warm_up=subject.contract.warm_up is not None)
             return hosts[of]

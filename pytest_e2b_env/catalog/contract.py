@@ -28,7 +28,7 @@ DEFAULT_LIMITS: dict[str, float] = {
     "artifact_bytes": 65536,
 }
 COLUMNS = ("test_cases", "verification_info")
-_COMMON_KEYS = {"raises_classes", "warm_up"}
+_COMMON_KEYS = {"raises_classes", "warm_up", "preload"}
 _REWARD_KEYS = {"columns"} | _COMMON_KEYS
 _EPISODE_KEYS = {"task", "task_arg", "tools", "command_arg", "limits"} | _COMMON_KEYS
 
@@ -79,6 +79,8 @@ class Contract:
     limits: Mapping[str, float] | None = None
     raises_classes: tuple[str, ...] = ()
     warm_up: Callable[[], Any] | None = None
+    #: Imports only (no thread, socket or sandbox): run once where case hosts are forked from.
+    preload: Callable[[], Any] | None = None
     source: str = "defaults"
 
     @property
@@ -113,8 +115,10 @@ class Contract:
             }
         if self.raises_classes:
             out["raises_classes"] = list(self.raises_classes)
-        if self.warm_up is not None:
-            out["warm_up"] = _name(self.warm_up)
+        for key in ("warm_up", "preload"):
+            hook = getattr(self, key)
+            if hook is not None:
+                out[key] = _name(hook)
         return out
 
 
@@ -176,10 +180,11 @@ def parse_contract(raw: Any, kind: str, where: str) -> Contract:
     if isinstance(classes, str) or not all(isinstance(c, str) for c in classes):
         raise _fail(where, "raises_classes", classes, "give a list of exception class names")
     values["raises_classes"] = tuple(classes)
-    warm_up = raw.get("warm_up")
-    if warm_up is not None and not callable(warm_up):
-        raise _fail(where, "warm_up", warm_up, "give a zero-argument callable")
-    values["warm_up"] = warm_up
+    for key in ("warm_up", "preload"):
+        hook = raw.get(key)
+        if hook is not None and not callable(hook):
+            raise _fail(where, key, hook, "give a zero-argument callable")
+        values[key] = hook
     return Contract(**values)
 
 

@@ -8,6 +8,10 @@ the same API served by the fault proxy before live E2B). Requests
 and records travel as JSON lines over a private pipe pair (the subject may print anything on
 stdout). When the child dies mid-case, the case is recorded as failed with the reason, the
 harness removes what the ledger shows the case created, and the next case gets a fresh host.
+
+Where several hosts serve one subject (lanes, and hosts restarted after a crash), a
+:class:`HostTemplate` imports the subject once (and its contract's ``preload``) and each host is
+forked from it, so an import that takes seconds (openenv imports gradio) is paid once per run.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import sys
 import time
 from typing import Any
 
+from pytest_e2b_env.catalog.hostfork import Forked, HostTemplate, host_env
 from pytest_e2b_env.catalog.model import Case
 from pytest_e2b_env.catalog.record import CaseRecord
 
@@ -45,13 +50,20 @@ def _describe(returncode: int | None) -> str:
     return f"exited with status {returncode}"
 
 
+def _lost(proc: object) -> bool:
+    return isinstance(proc, Forked) and proc.lost
+
+
 class CaseHost:
     """One child process that runs cases for one subject against one emulator."""
 
-    def __init__(self, target_info: dict[str, Any], subject: dict[str, Any]) -> None:
+    def __init__(
+        self, target_info: dict[str, Any], subject: dict[str, Any], template: HostTemplate | None = None
+    ) -> None:
         self.target_info = target_info
         self.subject = subject
-        self._proc: subprocess.Popen[bytes] | None = None
+        self.template = template
+        self._proc: subprocess.Popen[bytes] | Forked | None = None
         self._to_child = -1
         self._from_child = -1
         self._buffer = b""
@@ -61,13 +73,11 @@ class CaseHost:
     def _start(self) -> None:
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
-        env = dict(os.environ)
-        # The subject must import exactly as it does here (rootdir, ini pythonpath).
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-        self._proc = subprocess.Popen(
+        forked = self.template.fork(req_r, rep_w) if self.template is not None else None
+        self._proc = forked or subprocess.Popen(
             [sys.executable, "-m", "pytest_e2b_env.catalog.host", str(req_r), str(rep_w)],
             pass_fds=(req_r, rep_w),
-            env=env,
+            env=host_env(),
             stdin=subprocess.DEVNULL,
         )
         os.close(req_r)
@@ -159,8 +169,9 @@ class CaseHost:
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         proc.wait(timeout=10)
                 code = None if "timeout" in str(exc) else proc.poll()
+            how = "ended; its exit status was lost with its template" if _lost(proc) else _describe(code)
             self.close()
-            raise HostDied(f"the case process {_describe(code)}") from None
+            raise HostDied(f"the case process {how}") from None
 
     def run(self, case: Case, extra_tools: list[str], relax: frozenset[str]) -> CaseRecord:
         """Run one case in the host; its record (the host's own view) comes back."""
@@ -180,8 +191,11 @@ class CaseHost:
 
 
 # ---------------------------------------------------------------------- the child side
-def _child(req_fd: int, rep_fd: int) -> int:
-    """Serve requests until ``stop`` or end of input (runs in the host process)."""
+def _child(req_fd: int, rep_fd: int, loaded: tuple[dict[str, Any], Any] | None = None) -> int:
+    """Serve requests until ``stop`` or end of input (runs in the host process).
+
+    ``loaded``: (subject spec, subject) a template imported before forking this host.
+    """
     from pytest_e2b_env.catalog.contract import load_subject
     from pytest_e2b_env.catalog.runner import run_case
     from pytest_e2b_env.emulator import Emulator
@@ -206,7 +220,10 @@ def _child(req_fd: int, rep_fd: int) -> int:
                 backend = Emulator.connect(info["url"], info["api_key"], info["control_key"])
                 target = Target(backend, TargetSettings(mode=info["mode"], run_id=info["run_id"]))
                 spec = request["subject"]
-                subject = load_subject(spec["spec"], spec["kind"], spec.get("contract"))
+                if loaded is not None and loaded[0] == spec:
+                    subject = loaded[1]
+                else:
+                    subject = load_subject(spec["spec"], spec["kind"], spec.get("contract"))
                 gc.freeze()  # the subject and its imports live as long as the host: collections skip them
                 reply({"ok": True})
             elif op == "warm_up":

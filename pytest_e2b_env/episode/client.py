@@ -10,6 +10,7 @@ every instance and never calls ``close``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -34,26 +35,39 @@ def _raise(fatal: dict[str, Any]) -> NoReturn:
     raise InfrastructureError(message)
 
 
-def warm_up() -> None:
-    """Start the reference OpenEnv server in the background for the SDK settings now in force.
+@functools.cache
+def preload() -> None:
+    """Import everything the reference server and its episodes use, and start nothing.
 
-    Importing openenv (it imports gradio and fastmcp) happens here, in the caller's thread: a
-    second thread importing the same packages while tests import them hands one of the two a
-    partially initialised module (``cannot import name 'Client' from 'fastmcp'``). Only the
-    server start, which imports nothing new, runs in the background.
+    The catalog runs this once where it forks its case hosts from (``preload`` in the contract),
+    so each host skips the seconds openenv's import takes. openenv imports pyarrow (through
+    gradio and pandas), whose native threads survive a fork by their own fork handlers; nothing
+    here starts a Python thread, a socket or a sandbox.
     """
-    if openenv_url():
-        return  # a running server was named: nothing to start
     import e2b  # noqa: F401  (the cases import the SDK anyway; once, here, in one thread)
     import openenv.core.env_server.http_server  # noqa: F401
     import uvicorn  # noqa: F401
 
     from pytest_e2b_env.episode import environment  # noqa: F401
-    from pytest_e2b_env.episode.server import create_app, prestart_shared_server
+    from pytest_e2b_env.episode.server import create_app
 
     create_app()  # builds (and discards) the app: every import the server thread needs happens here
 
+
+def warm_up() -> None:
+    """Start the reference OpenEnv server in the background for the SDK settings now in force.
+
+    Importing openenv (it imports gradio and fastmcp) happens here (:func:`preload`), in the
+    caller's thread: a second thread importing the same packages while tests import them hands
+    one of the two a partially initialised module (``cannot import name 'Client' from
+    'fastmcp'``). Only the server start, which imports nothing new, runs in the background.
+    """
+    if openenv_url():
+        return  # a running server was named: nothing to start
+    preload()
     import os
+
+    from pytest_e2b_env.episode.server import prestart_shared_server
 
     prestart_shared_server(dict(os.environ))
 
@@ -71,6 +85,7 @@ class ReportEpisode:
     e2b_contract: ClassVar[dict[str, Any]] = {
         "raises_classes": ["InfrastructureError", "CleanupError"],
         "warm_up": warm_up,
+        "preload": preload,
     }
     #: The server-side environment class (None: the reference :class:`RepairEnvironment`). A
     #: subclass that pins its own environment always gets its own process-wide loopback server.

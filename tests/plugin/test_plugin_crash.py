@@ -28,13 +28,14 @@ def make_reward():
         ("os._exit(3)", "exited with status 3"),
     ],
 )
+@pytest.mark.parametrize("lanes", ["1", "2"])  # a spawned host; hosts forked from a template
 def test_crashing_subject_fails_its_case_and_the_bundle_is_complete(
-    pytester: pytest.Pytester, crash: str, said: str
+    pytester: pytest.Pytester, crash: str, said: str, lanes: str
 ) -> None:
     """A segfault or os._exit in subject code is one failed case saying so; later cases still run."""
     write_project(pytester, subject="crashing:make_reward")
     pytester.makepyfile(crashing=CRASHING.replace("{crash}", crash))
-    result = pytester.runpytest("--e2b-evidence", "ev")
+    result = pytester.runpytest("--e2b-evidence", "ev", "--e2b-lanes", lanes)
     result.assert_outcomes(failed=1, passed=1)
     result.stdout.fnmatch_lines([f"*the case process {said}*"])
     bundle = only_bundle(pytester.path / "ev")

@@ -1,0 +1,286 @@
+"""Fork case hosts from one process that imported the subject: its imports are paid once.
+
+A :class:`HostTemplate` is a child interpreter (``python -m pytest_e2b_env.catalog.hostfork``)
+that imports what a case host imports, the subject, and what the subject's contract ``preload``
+names, then waits. Each case host of that subject is a fork of it, handed its request and reply
+pipes over a ``SOCK_SEQPACKET`` socket; the host then runs exactly as a spawned one (the same
+``_child`` loop, the same pipes), so the controller cannot tell them apart but by their parent.
+
+Forking is only safe from a single thread: a lock held by another thread at the fork stays held
+in the child forever. So the template refuses to fork (and every host is spawned as before) when
+the imports left a Python thread running, or any native thread unless the contract declares a
+``preload``: that declaration says the subject's imports are fork-safe (the bundled episode's
+openenv imports pyarrow, whose allocator and pools keep native threads with fork handlers).
+
+The template is the hosts' parent, so it alone can collect how one ended; the controller watches
+each through a pidfd (exit, kill) and asks the template for the status once the pidfd says it is
+over. The template ends when the controller's end of the socket closes.
+"""
+
+from __future__ import annotations
+
+import array
+import atexit
+import contextlib
+import gc
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from typing import Any
+
+#: How long the template may take to import the subject before hosts are spawned instead.
+PRELOAD_TIMEOUT = 300.0
+#: The largest message either side sends (requests and answers are a few hundred bytes).
+MAX_MESSAGE = 64 * 1024
+
+
+def host_env() -> dict[str, str]:
+    """The environment of a host or template: the subject must import exactly as it does here."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # rootdir, ini pythonpath
+    return env
+
+
+class Forked:
+    """A case host forked by a template, with the part of ``subprocess.Popen`` hosts use."""
+
+    def __init__(self, template: HostTemplate, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        #: the template ended first, taking the exit status with it
+        self.lost = False
+        self._template = template
+        self._pidfd: int | None = os.pidfd_open(pid)  # the host waits for its hello: it is alive
+
+    def _settle(self, wait: float) -> bool:
+        if self._pidfd is None:
+            return True
+        poller = select.poll()
+        poller.register(self._pidfd, select.POLLIN)
+        if not poller.poll(wait * 1000):
+            return False
+        self.returncode = self._template.status(self.pid)
+        self.lost = self.returncode is None
+        os.close(self._pidfd)
+        self._pidfd = None
+        return True
+
+    def poll(self) -> int | None:
+        """The exit code once the host has ended (None: running, or its status was lost)."""
+        self._settle(0)
+        return self.returncode
+
+    def wait(self, timeout: float) -> int | None:
+        """Wait for the host to end; ``subprocess.TimeoutExpired`` if it is still running."""
+        if not self._settle(timeout):
+            raise subprocess.TimeoutExpired("case host", timeout)
+        return self.returncode
+
+    def kill(self) -> None:
+        """SIGKILL through the pidfd: never another process that reused the pid."""
+        if self._pidfd is not None:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+
+
+class HostTemplate:
+    """The controller's side of one template: started on first use, shared by threads (lanes)."""
+
+    def __init__(self, subject: dict[str, Any]) -> None:
+        self.subject = subject
+        #: why hosts are spawned rather than forked (None: forked, or not asked yet)
+        self.refused: str | None = None
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._ready = False
+
+    @property
+    def forking(self) -> bool:
+        """Whether a host has been forked and forking was not refused since (a host is cheap)."""
+        return self._ready and self.refused is None
+
+    def start(self) -> None:
+        """Start importing in the background (the first :meth:`fork` waits for it)."""
+        with self._lock:
+            if self._proc is None and self.refused is None:
+                ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-m", "pytest_e2b_env.catalog.hostfork", str(theirs.fileno())],
+                    pass_fds=(theirs.fileno(),),
+                    env=host_env(),
+                    stdin=subprocess.DEVNULL,
+                )
+                theirs.close()
+                self._sock = ours
+                ours.sendall(json.dumps({"op": "preload", "subject": self.subject}).encode())
+
+    def fork(self, req_fd: int, rep_fd: int) -> Forked | None:
+        """A host forked with these pipe ends (the caller closes its own copies); None: spawn it."""
+        self.start()
+        with self._lock:
+            if self.refused is not None:
+                return None
+            try:
+                if not self._ready:
+                    answer = self._ask(None, timeout=PRELOAD_TIMEOUT)
+                    if not answer.get("ok"):
+                        self._refuse(str(answer.get("why") or "it could not import the subject"))
+                        return None
+                    self._ready = True
+                pid = self._ask({"op": "fork"}, fds=(req_fd, rep_fd)).get("pid")
+            except OSError as exc:
+                self._refuse(f"the template stopped answering ({exc})")
+                return None
+            if not isinstance(pid, int):
+                self._refuse("the template did not fork")
+                return None
+            try:
+                return Forked(self, pid)
+            except OSError as exc:  # no pidfd (Linux before 5.3): nothing to watch it with
+                os.kill(pid, signal.SIGKILL)  # it waits for its hello, so the pid is still its own
+                self._refuse(f"pidfd_open failed ({exc})")
+                return None
+
+    def status(self, pid: int) -> int | None:
+        """How a forked host ended (its exit code, or minus the signal); None if nobody can say."""
+        with self._lock:
+            try:
+                code = self._ask({"op": "status", "pid": pid}).get("returncode")
+            except OSError:
+                return None
+            return code if isinstance(code, int) else None
+
+    def close(self) -> None:
+        """End the template (the hosts it forked are closed by their own :class:`CaseHost`)."""
+        with self._lock:
+            sock, proc = self._sock, self._proc
+            self._sock = self._proc = None
+            self.refused = self.refused or "closed"
+        if sock is not None:
+            sock.close()  # the template reads end of input and exits
+        if proc is not None:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=30)
+
+    # ------------------------------------------------------------------ wire
+    def _ask(
+        self, request: dict[str, Any] | None, fds: tuple[int, ...] = (), timeout: float = 60.0
+    ) -> dict[str, Any]:
+        sock = self._sock
+        if sock is None:
+            raise OSError("the template is closed")
+        if request is not None:
+            socket.send_fds(sock, [json.dumps(request).encode()], list(fds))
+        sock.settimeout(timeout)
+        data = sock.recv(MAX_MESSAGE)
+        if not data:
+            raise OSError("the template ended")
+        answer: dict[str, Any] = json.loads(data)
+        return answer
+
+    def _refuse(self, why: str) -> None:
+        self.refused = why
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
+
+
+# ---------------------------------------------------------------------- the template side
+def _unforkable(declared_preload: bool) -> str | None:
+    """Why forking this process now would be unsafe (None: it is safe)."""
+    others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    if others:
+        return f"the subject's imports left Python threads running ({', '.join(others[:3])})"
+    native = len(os.listdir("/proc/self/task"))
+    if native > 1 and not declared_preload:
+        return (
+            f"the subject's imports started {native - 1} native thread(s); declare a contract "
+            "'preload' if they are fork-safe"
+        )
+    return None
+
+
+def _serve(sock: socket.socket) -> int:
+    """Import, answer whether forking is safe, then fork hosts and report how they ended."""
+    request = json.loads(sock.recv(MAX_MESSAGE) or b"{}")
+    spec = request.get("subject") or {}
+    try:
+        from pytest_e2b_env.catalog import host  # noqa: F401  (a host's own imports, once)
+        from pytest_e2b_env.catalog.contract import load_subject
+        from pytest_e2b_env.catalog.runner import run_case  # noqa: F401
+        from pytest_e2b_env.emulator import Emulator  # noqa: F401
+        from pytest_e2b_env.target import Target  # noqa: F401
+
+        subject = load_subject(spec["spec"], spec["kind"], spec.get("contract"))
+        if subject.contract.preload is not None:
+            subject.contract.preload()
+    except BaseException as exc:  # the subject's import may fail in any way: hosts then say how
+        sock.sendall(json.dumps({"ok": False, "why": f"{type(exc).__name__}: {exc}"[:500]}).encode())
+        return 0
+    gc.collect()
+    gc.freeze()  # the imports live as long as every host: their collections skip them
+    why = _unforkable(subject.contract.preload is not None)
+    sock.sendall(json.dumps({"ok": why is None, "why": why}).encode())
+    if why is not None:
+        return 0
+    children: set[int] = set()
+    while True:
+        fds = array.array("i")
+        data, ancillary, _, _ = sock.recvmsg(MAX_MESSAGE, socket.CMSG_SPACE(2 * fds.itemsize))
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+        if not data:
+            break
+        request = json.loads(data)
+        if request.get("op") == "fork" and len(fds) == 2:
+            pid = os.fork()
+            if pid == 0:
+                sock.close()
+                _run_host(fds[0], fds[1], spec, subject)
+            for fd in fds:
+                os.close(fd)
+            children.add(pid)
+            sock.sendall(json.dumps({"pid": pid}).encode())
+        elif request.get("op") == "status" and request.get("pid") in children:
+            pid = int(request["pid"])
+            _, status = os.waitpid(pid, 0)  # its pidfd said it ended: this does not block
+            children.discard(pid)
+            sock.sendall(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}).encode())
+        else:
+            for fd in fds:
+                os.close(fd)
+            sock.sendall(json.dumps({"error": f"bad request {request.get('op')!r}"}).encode())
+    for pid in children:  # the controller is gone: collect what ended, the rest end on their own
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+    return 0
+
+
+def _run_host(req_fd: int, rep_fd: int, spec: dict[str, Any], subject: Any) -> None:
+    """The forked host: the spawned host's loop, then the exit a spawned host makes (never returns)."""
+    code = 1
+    try:
+        from pytest_e2b_env.catalog.host import _child
+
+        code = _child(req_fd, rep_fd, loaded=(spec, subject))
+    finally:
+        with contextlib.suppress(BaseException):
+            atexit._run_exitfuncs()  # what an interpreter's exit runs, as a spawned host's does
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(BaseException):
+                stream.flush()
+        os._exit(code)
+
+
+if __name__ == "__main__":
+    sys.exit(_serve(socket.socket(fileno=int(sys.argv[1]))))

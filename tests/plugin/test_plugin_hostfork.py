@@ -1,0 +1,102 @@
+"""Lanes fork their case hosts from one template that imported the subject once (catalog/hostfork.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from plugin_helpers import CASES, REWARD_MODULE, write_project
+
+from pytest_e2b_env.catalog.contract import load_subject
+from pytest_e2b_env.errors import ConfigError
+
+#: The tiny reward, saying which process imported it and which process (and parent) scored.
+WATCHED = (
+    REWARD_MODULE
+    + """
+import os as _os, threading as _threading
+_LOG = _os.path.join(_os.path.dirname(__file__), "processes.log")
+with open(_LOG, "a") as _f:
+    _f.write(f"import {_os.getpid()}\\n")
+{start}
+
+def watched_reward():
+    with open(_LOG, "a") as f:
+        f.write(f"score {_os.getpid()} {_os.getppid()}\\n")
+    return Scorer()
+"""
+)
+
+
+def _more_cases(pytester: pytest.Pytester, copies: int) -> None:
+    text = "".join(CASES.replace('id = "reward-tiny-', f'id = "reward-tiny{n}-') for n in range(copies))
+    (pytester.path / "mycases" / "reward.toml").write_text(text)
+
+
+def _processes(log: Path) -> tuple[set[int], set[tuple[int, int]]]:
+    """(pids that imported the subject, (pid, parent pid) of each process that scored)."""
+    imported, scored = set(), set()
+    for line in log.read_text().splitlines():
+        word, *pids = line.split()
+        if word == "import":
+            imported.add(int(pids[0]))
+        else:
+            scored.add((int(pids[0]), int(pids[1])))
+    return imported, scored
+
+
+def test_lane_hosts_are_forked_from_one_template_that_imported_the_subject(pytester: pytest.Pytester) -> None:
+    """Two lanes: the subject is imported by the controller and one template, never by a host."""
+    write_project(pytester, subject="watched:watched_reward")
+    pytester.makepyfile(watched=WATCHED.replace("{start}", ""))
+    _more_cases(pytester, copies=3)
+    result = pytester.runpytest("--e2b-lanes", "2", "--e2b-evidence", "ev")
+    result.assert_outcomes(passed=6)
+    imported, scored = _processes(pytester.path / "processes.log")
+    assert os.getpid() in imported  # the controller (pytester runs pytest in this process)
+    templates = imported - {os.getpid()}
+    assert len(templates) == 1, imported
+    assert scored, "no case scored"
+    assert {parent for _, parent in scored} == templates, (scored, templates)
+    assert not {pid for pid, _ in scored} & imported  # a forked host imports nothing again
+
+
+def test_a_subject_whose_import_leaves_a_thread_gets_spawned_hosts(pytester: pytest.Pytester) -> None:
+    """Forking a process with another thread running is unsafe: each host imports for itself."""
+    write_project(pytester, subject="watched:watched_reward")
+    start = "_threading.Thread(target=__import__('time').sleep, args=(3600,), daemon=True).start()"
+    pytester.makepyfile(watched=WATCHED.replace("{start}", start))
+    _more_cases(pytester, copies=3)
+    result = pytester.runpytest("--e2b-lanes", "2", "--e2b-evidence", "ev")
+    result.assert_outcomes(passed=6)
+    imported, scored = _processes(pytester.path / "processes.log")
+    assert scored, "no case scored"
+    assert {parent for _, parent in scored} == {os.getpid()}, scored  # spawned by the controller
+    assert {pid for pid, _ in scored} <= imported  # and each imported the subject itself
+
+
+def test_a_preload_that_is_not_callable_is_a_config_error_naming_it(pytester: pytest.Pytester) -> None:
+    """``preload`` takes a zero-argument callable, like ``warm_up``."""
+    pytester.makepyfile(badpreload="def make():\n    pass\nmake.e2b_contract = {'preload': 'openenv'}\n")
+    pytester.syspathinsert()
+    with pytest.raises(ConfigError, match=r"preload='openenv' is not valid; give a zero-argument callable"):
+        load_subject("badpreload:make", "reward")
+
+
+def test_the_reference_episode_declares_a_preload_that_starts_no_thread() -> None:
+    """What the template runs before forking: imports only, in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    code = (
+        "import threading\n"
+        "from pytest_e2b_env.catalog.contract import load_subject\n"
+        "s = load_subject('pytest_e2b_env.episode:ReportEpisode', 'episode')\n"
+        "s.contract.preload()\n"
+        "print(threading.active_count(), s.contract.summary()['preload'])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert out.stdout.split() == ["1", "pytest_e2b_env.episode.client.preload"], out.stdout + out.stderr
