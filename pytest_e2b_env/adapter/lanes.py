@@ -80,6 +80,10 @@ def run_on(
         return crashed(case, subject, target, mark, str(exc), time.perf_counter() - started)
 
 
+#: What :meth:`Lanes._next` says when every template a lane could use is still importing.
+_WAIT = "wait"
+
+
 def _quietly(release: Any) -> None:
     with contextlib.suppress(Exception):
         release()
@@ -212,11 +216,21 @@ class Lanes:
             return self._templates[kind]
 
     # ------------------------------------------------------------------ one lane
-    def _next(self, kind: str, hosted: set[str]) -> tuple[str, Case, Subject] | None:
+    def _next(self, kind: str, hosted: set[str]) -> tuple[str, Case, Subject] | str | None:
         with self._lock:
             if self._stopping:
                 return None
             queue = self._queues[kind]
+            template = self._templates.get(kind)
+            if queue and kind not in hosted and template is not None and not template.ready():
+                # Its kind's template is still importing (openenv takes seconds): meanwhile, help
+                # a kind whose hosts already fork, or wait a moment for one that soon will.
+                others = [k for k in sorted(self._queues) if k != kind and self._queues[k]]
+                ready = [k for k in others if self._forks(k)]
+                if ready:
+                    queue = self._queues[max(ready, key=lambda k: len(self._queues[k]))]
+                elif any(k in self._templates and not self._templates[k].ready() for k in others):
+                    return _WAIT
             if not queue:
                 # Its own kind is done: help the kind with most cases left, where a host costs
                 # little (forked from its template, or already running here) or no lane of that
@@ -263,9 +277,12 @@ class Lanes:
             self._closers.append(release)
         try:
             own = self._queues[kind]
-            if own:
-                host_of(own[0][2], kind)
+            if own:  # its imports begin now; the lane helps elsewhere until they are done
+                self._template(own[0][2], kind).start()
             while (item := self._next(kind, set(hosts))) is not None:
+                if isinstance(item, str):  # _WAIT
+                    time.sleep(0.1)
+                    continue
                 key, case, subject = item
                 outcome = self._outcomes[key]
                 try:

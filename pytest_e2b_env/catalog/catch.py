@@ -9,7 +9,12 @@ Two kinds of sample subject live in one folder (``fixtures/subjects``):
   which must pass the whole catalog of its kind with only the policies it names relaxed.
 
 Each sample runs in its own ``validate`` subprocess, so one subject's servers and sandboxes never
-meet another's. ``python -m pytest_e2b_env.catalog.catch fixtures/subjects`` prints both tables.
+meet another's. That session is hermetic: it runs in an empty directory (the invoking project's
+pytest config, its ``e2b_*`` keys and extra cases, never reach a sample) with only this plugin
+loaded (pytest's ``PYTEST_DISABLE_PLUGIN_AUTOLOAD``): a sample's verdicts depend on the sample
+and the catalog alone, and a session skips the plugins' start-up (hypothesis's alone is about 1.4 s
+of CPU at its terminal summary). ``python -m pytest_e2b_env.catalog.catch fixtures/subjects``
+prints both tables.
 """
 
 from __future__ import annotations
@@ -155,28 +160,35 @@ def run_sample(
     bundle of a baseline that failed a case (a false failure) is copied there to be read later.
     """
     outcome = Outcome(sample)
-    with tempfile.TemporaryDirectory(prefix="pe2b-catch-") as out:
+    with tempfile.TemporaryDirectory(prefix="pe2b-catch-") as tmp:
+        out, cwd = Path(tmp) / "ev", Path(tmp) / "project"  # an empty project: no config of anyone's
+        cwd.mkdir()
         cmd = [sys.executable, "-m", "pytest_e2b_env.cli", "validate", "--subject", sample.kind, "-q"]
-        cmd += ["--output", out, f"--{sample.kind}-subject", sample.spec]
+        cmd += ["--output", str(out), f"--{sample.kind}-subject", sample.spec]
         if sample.relax:
             cmd += ["--relax", ",".join(sample.relax)]
         if families:
             cmd += ["-k", " or ".join(families)]
         # One case at a time per sample: samples already run side by side (run_all), and a
         # sample's fixed timing constants were written for a machine that is not oversubscribed.
-        cmd += ["--", "--e2b-lanes", "1"] + (["-x"] if first_failure else [])
+        cmd += ["--", "--e2b-lanes", "1", "-p", "pytest_e2b_env.plugin"] + (["-x"] if first_failure else [])
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(sample.path.parent), env.get("PYTHONPATH")) if p)
+        here = str(sample.path.parent.resolve())
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # this plugin only (loaded by -p above)
         started = time.monotonic()
         try:
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+            proc = subprocess.run(
+                cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+            )
             outcome.exit_code = proc.returncode
         except subprocess.TimeoutExpired:
             outcome.problem = f"validate did not finish within {timeout:g}s"
             return outcome
         finally:
             outcome.seconds = round(time.monotonic() - started, 2)
-        bundles = [p for p in Path(out).iterdir() if p.is_dir() and not p.name.startswith(".")]
+        found = list(out.iterdir()) if out.is_dir() else []
+        bundles = [p for p in found if p.is_dir() and not p.name.startswith(".")]
         if len(bundles) != 1:
             outcome.problem = (
                 f"expected one bundle, found {len(bundles)}: {(proc.stdout + proc.stderr)[-800:]}"

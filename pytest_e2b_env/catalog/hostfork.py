@@ -102,8 +102,26 @@ class HostTemplate:
 
     @property
     def forking(self) -> bool:
-        """Whether a host has been forked and forking was not refused since (a host is cheap)."""
+        """Whether the template imported the subject and forks hosts (a host is cheap)."""
         return self._ready and self.refused is None
+
+    def ready(self) -> bool:
+        """Without waiting: whether the imports are done (a :meth:`fork` would not wait for them).
+
+        Never blocks, not even on the lock a :meth:`fork` holds while it waits for the imports.
+        """
+        if not self._lock.acquire(blocking=False):
+            return self._ready
+        try:
+            sock = self._sock
+            if not self._ready and self.refused is None and sock is not None:
+                poller = select.poll()
+                poller.register(sock, select.POLLIN | select.POLLHUP)
+                if poller.poll(0):
+                    self._preloaded()
+            return self._ready or self.refused is not None
+        finally:
+            self._lock.release()
 
     def start(self) -> None:
         """Start importing in the background (the first :meth:`fork` waits for it)."""
@@ -127,12 +145,8 @@ class HostTemplate:
             if self.refused is not None:
                 return None
             try:
-                if not self._ready:
-                    answer = self._ask(None, timeout=PRELOAD_TIMEOUT)
-                    if not answer.get("ok"):
-                        self._refuse(str(answer.get("why") or "it could not import the subject"))
-                        return None
-                    self._ready = True
+                if not self._ready and not self._preloaded():
+                    return None
                 pid = self._ask({"op": "fork"}, fds=(req_fd, rep_fd)).get("pid")
             except OSError as exc:
                 self._refuse(f"the template stopped answering ({exc})")
@@ -186,6 +200,19 @@ class HostTemplate:
             raise OSError("the template ended")
         answer: dict[str, Any] = json.loads(data)
         return answer
+
+    def _preloaded(self) -> bool:
+        """Read the template's answer to the import (the lock is held); False: it refuses to fork."""
+        try:
+            answer = self._ask(None, timeout=PRELOAD_TIMEOUT)
+        except OSError as exc:
+            self._refuse(f"the template stopped answering ({exc})")
+            return False
+        if not answer.get("ok"):
+            self._refuse(str(answer.get("why") or "it could not import the subject"))
+            return False
+        self._ready = True
+        return True
 
     def _refuse(self, why: str) -> None:
         self.refused = why

@@ -81,3 +81,39 @@ def test_lanes_are_shared_by_kind_in_proportion(counts: dict[str, int], width: i
     from pytest_e2b_env.adapter.lanes import share_lanes
 
     assert share_lanes(counts, width) == kinds
+
+
+class _Template:
+    """What the lanes ask of a kind's template: whether its imports are done, whether it forks."""
+
+    def __init__(self, ready: bool) -> None:
+        self.forking = ready
+
+    def ready(self) -> bool:
+        return self.forking
+
+
+def test_a_lane_helps_a_kind_that_forks_while_its_own_template_imports() -> None:
+    """An episode lane runs reward cases until openenv is imported, then its own."""
+    from pytest_e2b_env.adapter.lanes import Lanes
+    from pytest_e2b_env.catalog.loader import default_cases_dir, load_cases
+
+    cases = load_cases([default_cases_dir()])
+    by_kind = {k: [c for c in cases if c.subject == k][:3] for k in ("reward", "episode")}
+    items = [(c.id, c, None) for k in ("reward", "episode") for c in by_kind[k]]
+    lanes = Lanes(None, items, 2, open_target=None)  # type: ignore[arg-type]
+    lanes._alive = {"reward": 1, "episode": 1}
+    importing = _Template(ready=False)
+    lanes._templates = {"reward": _Template(ready=True), "episode": importing}  # type: ignore[dict-item]
+
+    def kind_taken(kind: str, hosted: set[str]) -> str | None:
+        taken = lanes._next(kind, hosted)
+        return taken if taken is None or isinstance(taken, str) else taken[1].subject
+
+    assert kind_taken("episode", set()) == "reward"  # helps while openenv imports
+    importing.forking = True
+    assert kind_taken("episode", {"reward"}) == "episode"  # its own, once it can fork
+    lanes._templates = {"reward": _Template(ready=False), "episode": _Template(ready=False)}  # type: ignore[dict-item]
+    assert kind_taken("reward", set()) == "wait"  # both import: wait for the first to be done
+    del lanes._templates["episode"]
+    assert kind_taken("reward", set()) == "reward"  # nothing else will fork soon: its own
