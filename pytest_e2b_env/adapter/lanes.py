@@ -229,8 +229,8 @@ class Lanes:
                 ready = [k for k in others if self._forks(k)]
                 if ready:
                     queue = self._queues[max(ready, key=lambda k: len(self._queues[k]))]
-                elif any(k in self._templates and not self._templates[k].ready() for k in others):
-                    return _WAIT
+                elif any(k not in self._templates or not self._templates[k].ready() for k in others):
+                    return _WAIT  # another kind's imports (or its lane's start) may finish first
             if not queue:
                 # Its own kind is done: help the kind with most cases left, where a host costs
                 # little (forked from its template, or already running here) or no lane of that

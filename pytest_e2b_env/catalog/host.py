@@ -27,9 +27,13 @@ import sys
 import time
 from typing import Any
 
+from pytest_e2b_env.catalog.contract import load_subject
 from pytest_e2b_env.catalog.hostfork import Forked, HostTemplate, host_env
 from pytest_e2b_env.catalog.model import Case
 from pytest_e2b_env.catalog.record import CaseRecord
+from pytest_e2b_env.catalog.runner import run_case
+from pytest_e2b_env.emulator import Emulator
+from pytest_e2b_env.target import Target, TargetSettings
 
 #: A case (including every retry and deadline inside it) that takes longer than this is stopped.
 CASE_TIMEOUT = 900.0
@@ -196,11 +200,6 @@ def _child(req_fd: int, rep_fd: int, loaded: tuple[dict[str, Any], Any] | None =
 
     ``loaded``: (subject spec, subject) a template imported before forking this host.
     """
-    from pytest_e2b_env.catalog.contract import load_subject
-    from pytest_e2b_env.catalog.runner import run_case
-    from pytest_e2b_env.emulator import Emulator
-    from pytest_e2b_env.target import Target, TargetSettings
-
     reader = os.fdopen(req_fd, "rb")
     writer = os.fdopen(rep_fd, "wb")
 

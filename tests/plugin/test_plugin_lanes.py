@@ -86,11 +86,12 @@ def test_lanes_are_shared_by_kind_in_proportion(counts: dict[str, int], width: i
 class _Template:
     """What the lanes ask of a kind's template: whether its imports are done, whether it forks."""
 
-    def __init__(self, ready: bool) -> None:
-        self.forking = ready
+    def __init__(self, ready: bool, refused: bool = False) -> None:
+        self.forking = ready and not refused
+        self.done = ready
 
     def ready(self) -> bool:
-        return self.forking
+        return self.done
 
 
 def test_a_lane_helps_a_kind_that_forks_while_its_own_template_imports() -> None:
@@ -111,9 +112,11 @@ def test_a_lane_helps_a_kind_that_forks_while_its_own_template_imports() -> None
         return taken if taken is None or isinstance(taken, str) else taken[1].subject
 
     assert kind_taken("episode", set()) == "reward"  # helps while openenv imports
-    importing.forking = True
+    importing.forking = importing.done = True
     assert kind_taken("episode", {"reward"}) == "episode"  # its own, once it can fork
     lanes._templates = {"reward": _Template(ready=False), "episode": _Template(ready=False)}  # type: ignore[dict-item]
     assert kind_taken("reward", set()) == "wait"  # both import: wait for the first to be done
     del lanes._templates["episode"]
-    assert kind_taken("reward", set()) == "reward"  # nothing else will fork soon: its own
+    assert kind_taken("reward", set()) == "wait"  # the other kind's lane has not started it yet
+    lanes._templates["episode"] = _Template(ready=True, refused=True)  # type: ignore[assignment]
+    assert kind_taken("reward", set()) == "reward"  # the other kind spawns its hosts: its own
