@@ -51,7 +51,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     gc.freeze()
 
 
-# Scheduling on xdist (scripts/test: two workers, whole files each). A few files hold one test of
+# Scheduling on xdist (scripts/test: three workers, whole files each). A few files hold one test of
 # several minutes (the catch and clean guards, lanes against serial, the training runs). xdist's
 # stock order hands out the files with the most tests first, so those one-test files came last
 # and one worker finished minutes after the other; and its rule queues a worker's next file while
