@@ -45,8 +45,8 @@ class Limits:
     scratch_bytes: int = 16 << 20
     output_bytes: int = 65536
     #: A case is stopped at ``case_seconds`` x this of wall time, however long it waited for a CPU
-    #: (its deadline counts its own time only): slack for a loaded host, while a fork bomb, whose
-    #: own processes starve it, still ends soon.
+    #: (its deadline counts its own time only): slack for a loaded host. A fork bomb is not
+    #: starved but is its own load (its tree's CPU counts), so it ends at its deadline.
     wall_slack: float = 3.0
     #: Cases of one candidate run side by side, this many at a time, where the worker gives each
     #: its own user namespace (Linux 5.14+); one at a time otherwise. Same isolation either way.

@@ -58,6 +58,7 @@ MOUNT_ATTR_RDONLY = 0x1
 MOUNT_ATTR_NOSUID = 0x2
 SYS_MOUNT_SETATTR = 442  # x86-64 and aarch64 share this number
 PR_SET_NO_NEW_PRIVS = 38
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PR_CAPBSET_DROP = 24
 PR_SET_PDEATHSIG = 1
 PR_SET_SECCOMP = 22
@@ -367,6 +368,51 @@ def _runqueue_seconds(proc_fd: int | None, pid: int) -> float | None:
         return None
 
 
+#: At most this many processes (threads count against RLIMIT_NPROC too) are walked per look.
+MAX_TREE = 1024
+
+
+def _tree_usage(proc_fd: int | None, pid: int) -> tuple[float, int] | None:
+    """(CPU seconds, CPUs it may run on) of ``pid`` and its descendants, or None without ``/proc``.
+
+    The seconds count every process of the tree, live or reaped (a reaped child's time is in its
+    parent's ``cutime``); orphans are reparented to ``pid``, the case's pid 1, so the walk over
+    ``task/*/children`` finds every live process. The CPUs are the union of their affinities.
+    Bounded by :data:`MAX_TREE`; a process gone mid-walk is skipped (its time uncounted: the
+    deadline errs on the lenient side, and the wall backstop still holds).
+    """
+    if proc_fd is None:
+        return None
+    ticks, cpus, seen, todo = 0, set(), {pid}, [pid]
+    while todo:
+        cur = todo.pop()
+        raw = _proc_read(proc_fd, cur, "stat", 1024)
+        if raw is None:
+            if cur == pid:
+                return None
+            continue
+        with contextlib.suppress(ValueError, IndexError):
+            ticks += sum(int(f) for f in raw[raw.rfind(b")") + 2 :].split()[11:15])  # u/s/cu/cs time
+        with contextlib.suppress(OSError):
+            cpus |= os.sched_getaffinity(cur)
+        try:
+            task_fd = os.open(f"{cur}/task", os.O_RDONLY | os.O_DIRECTORY, dir_fd=proc_fd)
+        except OSError:
+            continue
+        try:
+            tids = os.listdir(task_fd)
+        except OSError:
+            tids = []
+        finally:
+            os.close(task_fd)
+        for tid in tids[:MAX_TREE]:
+            for child in (_proc_read(proc_fd, cur, f"task/{tid}/children", 65536) or b"").split():
+                if len(seen) < MAX_TREE and child.isdigit() and int(child) not in seen:
+                    seen.add(int(child))
+                    todo.append(int(child))
+    return ticks / CLOCK_TICKS, max(1, len(cpus))
+
+
 def _uid_of(proc_fd: int | None, pid: int) -> int | None:
     """``pid``'s real uid as the worker sees it (inside its own user namespace it may look mapped)."""
     raw = _proc_read(proc_fd, pid, "status", 4096)
@@ -390,20 +436,27 @@ def _wait_deadline(pid: int, seconds: float, slack: float, proc_fd: int | None =
 
     Its own time is wall time minus the time it sat runnable waiting for a CPU: on a loaded host a
     correct program is slowed, not wrong, and scoring it 0 would teach the policy noise. A program
-    that sleeps or blocks still uses its time; one starved for longer than ``slack`` times the
-    deadline is stopped anyway. Without schedstat the deadline is plain wall time.
+    that sleeps or blocks still uses its time. Its own time is never less than the CPU its whole
+    process tree used over the CPUs the tree may run on: a program whose own children keep it
+    waiting (a fork bomb) is not starved by the host but is the load, and ends at its deadline. One
+    starved for longer than ``slack`` times the deadline is stopped anyway. Without schedstat
+    the deadline is plain wall time.
     """
     pidfd = os.pidfd_open(pid)
     try:
         start = time.monotonic()
         base = _runqueue_seconds(proc_fd, pid)
+        first = _tree_usage(proc_fd, pid)
         hard = start + seconds * slack
         timed_out = False
         while True:
             now = time.monotonic()
             waited = _runqueue_seconds(proc_fd, pid)
             starved = waited - base if waited is not None and base is not None else 0.0
-            left = min(seconds - (now - start - starved), hard - now)
+            own = now - start - starved
+            if starved > 0 and first is not None and (usage := _tree_usage(proc_fd, pid)) is not None:
+                own = max(own, (usage[0] - first[0]) / usage[1])
+            left = min(seconds - own, hard - now)
             if left <= 0:
                 timed_out = True
                 os.kill(pid, signal.SIGKILL)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -154,30 +156,46 @@ async def test_hostile_scores_zero_and_worker_survives(
     assert pool.metrics["infrastructure_retries"] == 0
 
 
-#: Correct, but made to share one CPU with a busy child: 1 s of CPU takes about 2 s of wall time.
-CONTENDED = """
+#: Correct: pinned to CPU 0, it wants 1 s of CPU, then echoes its input.
+PINNED = """
 import json, os, sys, time
 os.sched_setaffinity(0, {0})
-hog = os.fork()
-if hog == 0:
-    while True:
-        pass
 began = time.process_time()
 while time.process_time() - began < 1.0:
     pass
-os.kill(hog, 9)
 print(json.dumps(json.load(sys.stdin)))
 """
 
+#: The same, but sharing CPU 0 with a busy child of its own: its wait is its own doing.
+SELF_CONTENDED = PINNED.replace("began = ", "hog = os.fork()\nwhile hog == 0:\n    pass\nbegan = ", 1)
+
+
+@pytest.fixture
+def cpu0_hog() -> Iterator[None]:
+    """A busy process outside every sandbox on CPU 0: the host is loaded, not the case (ends by itself)."""
+    hog = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import os, time\nos.sched_setaffinity(0, {0})\nend = time.monotonic() + 120\n"
+            "while time.monotonic() < end:\n    pass\n",
+        ]
+    )
+    try:
+        yield
+    finally:
+        hog.kill()
+        hog.wait(timeout=30)
+
 
 async def test_a_correct_program_slowed_by_cpu_contention_is_no_timeout(
-    make_pool: Callable[..., RewardPool],
+    make_pool: Callable[..., RewardPool], cpu0_hog: None
 ) -> None:
     """The deadline counts the program's own time, so a loaded host does not turn 1.0 into 0."""
     # wide wall slack: what is tested is the own-time deadline, whatever else loads this machine
     pool = make_pool(workers=1, case_seconds=1.5, limits=Limits(wall_slack=20))
     cases = [{"input": "7", "output": "7"}]
-    assert await pool.code_reward([completion(CONTENDED)], [cases]) == [1.0]
+    assert await pool.code_reward([completion(PINNED)], [cases]) == [1.0]
     (record,) = pool.ledger
     (case,) = record["cases"]
     assert case["seconds"] > 1.5, case  # it did run past the deadline in wall time
@@ -187,10 +205,24 @@ async def test_a_correct_program_slowed_by_cpu_contention_is_no_timeout(
     assert pool.ledger[-1]["cases"][0]["reason"] == "timeout"
 
 
-async def test_a_starved_case_is_stopped_at_its_wall_slack(make_pool: Callable[..., RewardPool]) -> None:
+async def test_a_program_kept_waiting_by_its_own_children_times_out(
+    make_pool: Callable[..., RewardPool],
+) -> None:
+    """Waiting for a CPU its own processes hold is no starvation: a fork bomb ends at its deadline."""
+    pool = make_pool(workers=1, case_seconds=1.5, limits=Limits(wall_slack=20))
+    # Its whole tree keeps CPU 0 busy for about 2 s of wall: 2 s of its own time, over 1.5. (Were
+    # only the program's own wait counted, it would have 1 s of its own and score 1.0.)
+    assert await pool.code_reward([completion(SELF_CONTENDED)], [[{"input": "7", "output": "7"}]]) == [0.0]
+    (case,) = pool.ledger[-1]["cases"]
+    assert case["reason"] == "timeout", case
+
+
+async def test_a_starved_case_is_stopped_at_its_wall_slack(
+    make_pool: Callable[..., RewardPool], cpu0_hog: None
+) -> None:
     """However much of its wall time a case spends waiting for a CPU, it ends at deadline x slack."""
     pool = make_pool(workers=1, case_seconds=0.5, limits=Limits(wall_slack=2))
-    starved = CONTENDED.replace("< 1.0", "< 60")  # wants 60 s of CPU it never gets
+    starved = PINNED.replace("< 1.0", "< 60")  # wants 60 s of CPU it never gets
     assert await pool.code_reward([completion(starved)], [[{"input": "7", "output": "7"}]]) == [0.0]
     (case,) = pool.ledger[-1]["cases"]
     assert case["reason"] == "timeout"
