@@ -228,9 +228,18 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         runtime.stale_runs = stale_run_lines(runtime.settings.run_id)
     eager = not (_is_dist_controller(config) or runtime.settings.live or config.option.collectonly)
     if eager and catalog_wanted(config, runtime.settings):
+        if not hasattr(config, "workerinput") and not _narrowed(config):
+            runtime.preopen_lanes()  # the whole catalog is likely to run: lanes' targets open now
         # A startup failure is remembered; each case then reports it with its message.
         with contextlib.suppress(Exception):
             runtime.target()
+
+
+def _narrowed(config: pytest.Config) -> bool:
+    """Whether the selection may leave only a few cases (-k, -m, --lf, --sw, --deselect)."""
+    option = config.option
+    names = ("keyword", "markexpr", "lf", "stepwise", "deselect")
+    return any(getattr(option, name, None) for name in names)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -24,7 +24,7 @@ from pytest_e2b_env.target import Target, open_target
 from pytest_e2b_env.target.settings import TargetSettings
 
 if TYPE_CHECKING:
-    from pytest_e2b_env.adapter.lanes import Lanes
+    from pytest_e2b_env.adapter.lanes import Lanes, PreOpened
     from pytest_e2b_env.catalog.host import CaseHost
 
 COLLECTOR_NAME = "e2b-catalog"
@@ -64,6 +64,7 @@ class Runtime:
         self.stale_runs: list[str] = []  # live only: earlier runs with sandboxes still alive
         #: The lanes running cases ahead of pytest (None: cases run one by one, e.g. under xdist).
         self.lanes: Lanes | None = None
+        self._preopened: PreOpened | None = None
 
     def host(self, kind: str) -> CaseHost | None:
         """The process that runs this kind's subject code, offline and live (see docs/plugin.md).
@@ -166,12 +167,32 @@ class Runtime:
                 with target.scoped_env(), contextlib.suppress(Exception):
                     subject.contract.warm_up()
 
+    def _open_lane_target(self) -> Target:
+        return open_target(TargetSettings.from_env(live=self.settings.live, run_id=self.settings.run_id))
+
+    def preopen_lanes(self) -> None:
+        """Open the lanes' targets in the background now (session start), while pytest collects.
+
+        Offline only (live, the lanes' proxies open when the lanes start). Those the lanes do not
+        use (fewer cases than lanes, no lanes at all) are closed once collection is over.
+        """
+        if self.settings.lanes >= 2 and not self.settings.live and self._preopened is None:
+            from pytest_e2b_env.adapter.lanes import PreOpened
+
+            self._preopened = PreOpened(self._open_lane_target, self.settings.lanes)
+
     def start_lanes(self, items: list[pytest.Item]) -> bool:
         """Run the collected cases in ``settings.lanes`` lanes; False when they run one by one.
 
         Lanes need two or more runnable cases and a target that opened (live, this is where the
         API is first asked, so an unreachable one still stops the run at its first case).
         """
+        started = self._start_lanes(items)
+        if self._preopened is not None:  # the targets no lane takes go now
+            self._preopened.keep(self.lanes.width if self.lanes is not None else 0)
+        return started
+
+    def _start_lanes(self, items: list[pytest.Item]) -> bool:
         mode = self.settings.mode
         cases = [
             (item.nodeid, item.case, item.subject)
@@ -187,10 +208,8 @@ class Runtime:
             return False
         from pytest_e2b_env.adapter.lanes import Lanes
 
-        def open_lane_target() -> Target:
-            return open_target(TargetSettings.from_env(live=self.settings.live, run_id=self.settings.run_id))
-
-        self.lanes = Lanes(self.settings, cases, width, open_lane_target)
+        opener = self._preopened.take if self._preopened is not None else self._open_lane_target
+        self.lanes = Lanes(self.settings, cases, width, opener)
         self.lanes.start()
         return True
 
@@ -200,6 +219,9 @@ class Runtime:
         if lanes is not None:  # their cases are over: release their hosts and targets first
             lanes.close()
             self.problems.extend(lanes.problems)
+        preopened, self._preopened = self._preopened, None
+        if preopened is not None:
+            preopened.close()
         hosts, self._hosts = list(self._hosts.values()), {}
         for host in hosts:  # first, while the target still answers: hosts release what they hold
             host.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import queue
 import threading
 import time
 from dataclasses import dataclass, field
@@ -89,6 +90,81 @@ def _quietly(release: Any) -> None:
         release()
 
 
+class PreOpened:
+    """Lane targets opened in background threads at session start, while pytest still collects.
+
+    An emulator takes about half a second to start; opened here, the lanes find theirs ready
+    instead of opening them after collection. :meth:`take` hands them out (whichever opened
+    first, or the error that stopped one); :meth:`keep` closes those beyond what the lanes use.
+    Each opening thread lives until :meth:`close`: an emulator dies with the thread that started
+    it (``PR_SET_PDEATHSIG`` follows the parent thread, not the process).
+    """
+
+    def __init__(self, open_target: Any, count: int) -> None:
+        self._open = open_target
+        self._lock = threading.Lock()
+        self._ready: queue.Queue[tuple[Target | None, Exception | None]] = queue.Queue()
+        self._left = count  # opened or opening, not yet taken
+        self._closers: list[threading.Thread] = []
+        self._done = threading.Event()
+        self._openers = [
+            threading.Thread(target=self._one, name=f"pytest-e2b-env-open-{number}", daemon=True)
+            for number in range(count)
+        ]
+        for thread in self._openers:
+            thread.start()
+
+    def _one(self) -> None:
+        try:
+            self._ready.put((self._open(), None))
+        except Exception as exc:  # handed to the lane that takes it, which reports it
+            self._ready.put((None, exc))
+        self._done.wait()  # its emulator lives as long as this thread
+
+    def take(self) -> Target:
+        """A pre-opened target (waiting for one still opening), or a new one when none is left."""
+        with self._lock:
+            if self._left == 0:
+                return self._open()
+            self._left -= 1
+        try:
+            target, error = self._ready.get(timeout=OPEN_TIMEOUT)
+        except queue.Empty:
+            raise TimeoutError(f"no lane target opened within {OPEN_TIMEOUT:.0f} s") from None
+        if error is not None:
+            raise error
+        assert target is not None
+        return target
+
+    def keep(self, count: int) -> None:
+        """Close, in the background, every target beyond ``count`` not yet taken."""
+        with self._lock:
+            surplus, self._left = max(0, self._left - count), min(self._left, count)
+        if surplus:
+            thread = threading.Thread(target=self._close, args=(surplus,), daemon=True)
+            self._closers.append(thread)
+            thread.start()
+
+    def _close(self, count: int) -> None:
+        for _ in range(count):
+            try:
+                target, _ = self._ready.get(timeout=OPEN_TIMEOUT)
+            except queue.Empty:
+                return
+            if target is not None:
+                _quietly(target.close)
+
+    def close(self) -> None:
+        """Close whatever no lane took, and wait for it."""
+        self.keep(0)
+        for thread in self._closers:
+            thread.join(timeout=OPEN_TIMEOUT)
+        self._closers.clear()
+        self._done.set()  # every target is closed: the opening threads may end
+        for thread in self._openers:
+            thread.join(timeout=OPEN_TIMEOUT)
+
+
 @dataclass
 class _Outcome:
     done: threading.Event = field(default_factory=threading.Event)
@@ -147,10 +223,15 @@ class Lanes:
         self.problems: list[str] = []
 
     def start(self) -> None:
-        """Start the lanes; each opens its target and warms its host before its first case."""
+        """Start the lanes; each opens its target and warms its host before its first case.
+
+        The templates begin their imports at once, not after a lane's target opened.
+        """
         with self._lock:
             for kind in self.kinds:
                 self._alive[kind] += 1
+        for kind in dict.fromkeys(self.kinds):
+            self._template(self._queues[kind][0][2], kind).start()
         for number, kind in enumerate(self.kinds):
             thread = threading.Thread(
                 target=self._lane, args=(number, kind), name=f"pytest-e2b-env-lane-{number}", daemon=True
@@ -276,9 +357,6 @@ class Lanes:
         with self._lock:
             self._closers.append(release)
         try:
-            own = self._queues[kind]
-            if own:  # its imports begin now; the lane helps elsewhere until they are done
-                self._template(own[0][2], kind).start()
             while (item := self._next(kind, set(hosts))) is not None:
                 if isinstance(item, str):  # _WAIT
                     time.sleep(0.1)
@@ -295,3 +373,8 @@ class Lanes:
         finally:
             with self._lock:
                 self._alive[kind] -= 1
+                mine = release in self._closers
+                if mine:
+                    self._closers.remove(release)
+            if mine:  # nothing is left for this lane: its hosts and target go now, not at the end
+                _quietly(release)

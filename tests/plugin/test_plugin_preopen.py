@@ -1,0 +1,90 @@
+"""Lane targets opened at session start: handed out, kept alive by their threads, surplus closed."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from plugin_helpers import CASES, write_project
+
+from pytest_e2b_env.adapter.lanes import PreOpened
+from pytest_e2b_env.target import open_target
+from pytest_e2b_env.target.settings import TargetSettings, new_run_id
+
+
+def _openers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("pytest-e2b-env-open-")]
+
+
+def test_a_preopened_emulator_outlives_the_thread_gap_and_the_surplus_is_closed() -> None:
+    """A taken emulator still answers after its opener's work is done; the untaken one is stopped."""
+    run_id = new_run_id()
+    opened: list[Any] = []
+
+    def open_one() -> Any:
+        target = open_target(TargetSettings(run_id=run_id))
+        opened.append(target)
+        return target
+
+    pre = PreOpened(open_one, 2)
+    try:
+        taken = pre.take()
+        time.sleep(0.5)  # an emulator tied to an ended thread (PR_SET_PDEATHSIG) is gone by now
+        assert taken.ledger_mark() >= 0  # answers: its opening thread still lives
+        pre.keep(0)  # the other one is not wanted
+        pre.close()
+        assert _openers() == []
+        (other,) = [t for t in opened if t is not taken]
+        with pytest.raises(Exception):  # noqa: B017  (stopped: any transport error will do)
+            other.ledger_mark()
+        assert taken.ledger_mark() >= 0  # the lane's own target is the lane's to close
+    finally:
+        for target in opened:
+            target.close()
+
+
+def test_an_opening_error_goes_to_the_lane_that_takes_it() -> None:
+    """A target that did not open is an error for one lane, not a hang; no opened one is left."""
+
+    class Refused(Exception):
+        pass
+
+    def refuse() -> Any:
+        raise Refused("port in use")
+
+    pre = PreOpened(refuse, 1)
+    with pytest.raises(Refused, match="port in use"):
+        pre.take()
+    with pytest.raises(Refused):  # none left: a further lane opens its own
+        pre.take()
+    pre.close()
+    assert _openers() == []
+
+
+TRACE = """
+import pytest
+from pytest_e2b_env.adapter.keys import runtime_key
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session):
+    runtime = session.config.stash[runtime_key]
+    with open("preopened.txt", "w") as f:
+        f.write(str(runtime._preopened is not None))
+"""
+
+
+@pytest.mark.parametrize(("args", "preopened"), [((), "True"), (("-k", "correct"), "False")])
+def test_lane_targets_open_at_session_start_unless_the_selection_is_narrowed(
+    pytester: pytest.Pytester, args: tuple[str, ...], preopened: str
+) -> None:
+    """The whole catalog: lanes' targets open while pytest collects; -k waits for the selection."""
+    write_project(pytester)
+    (pytester.path / "mycases" / "reward.toml").write_text(
+        CASES + CASES.replace('id = "reward-tiny-', 'id = "reward-tiny2-')
+    )
+    pytester.makeconftest(TRACE)
+    result = pytester.runpytest("--e2b-lanes", "3", "--e2b-evidence", "ev", *args)
+    result.assert_outcomes(passed=4 if not args else 2)
+    assert (pytester.path / "preopened.txt").read_text() == preopened
