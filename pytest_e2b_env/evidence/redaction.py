@@ -118,6 +118,11 @@ _SECRET_KEY = re.compile(
 )
 
 
+#: Short strings a :class:`Redactor` remembers redacted: records repeat the same keys, kinds and
+#: ids, and every string of every record is redacted. Bounded in count and length.
+MAX_REMEMBERED, REMEMBERED_CHARS = 4096, 80
+
+
 class Redactor:
     """Redacts with a fixed set of secret values (the environment's plus ``secrets``), compiled once."""
 
@@ -130,6 +135,7 @@ class Redactor:
         for value in extra:
             self._labels.setdefault(value, "a secret value passed by the caller")
         self._alternation = re.compile("|".join(re.escape(s) for s in self.values)) if self.values else None
+        self._seen: dict[str, str] = {}
 
     def _replace_values(self, text: str) -> str:
         pattern = self._alternation
@@ -145,6 +151,16 @@ class Redactor:
 
     def text(self, text: str) -> str:
         """Return ``text`` with secret values and secret-shaped strings replaced by the marker."""
+        if len(text) > REMEMBERED_CHARS:
+            return self._text(text)
+        done = self._seen.get(text)
+        if done is None:
+            done = self._text(text)
+            if len(self._seen) < MAX_REMEMBERED:
+                self._seen[text] = done
+        return done
+
+    def _text(self, text: str) -> str:
         text = self._replace_values(text)
         for _name, pattern, group in _active(text):
             text = pattern.sub(MARKER, text) if group == 0 else pattern.sub(_group_replacer(group), text)

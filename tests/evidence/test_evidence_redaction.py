@@ -176,3 +176,19 @@ def _strings(value):
     elif isinstance(value, list):
         for item in value:
             yield from _strings(item)
+
+
+def test_remembered_short_strings_are_redacted_alike_and_bounded():
+    """A short string seen again gets the same redaction; what is remembered has a bound."""
+    from pytest_e2b_env.evidence import redaction
+
+    redactor = Redactor(["s3cr3t-value-123"])
+    record = {"token": "x", "note": "key s3cr3t-value-123", "kind": "call"}
+    first, again = redactor.data(record), redactor.data(dict(record))
+    assert first == again
+    assert "s3cr3t-value-123" not in repr(again)
+    for n in range(redaction.MAX_REMEMBERED + 10):
+        redactor.text(f"id-{n}")
+    assert len(redactor._seen) == redaction.MAX_REMEMBERED
+    assert redactor.text("auth=s3cr3t-value-123") == redactor.text("auth=s3cr3t-value-123")
+    assert "s3cr3t" not in redactor.text("auth=s3cr3t-value-123")
