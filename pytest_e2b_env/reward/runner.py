@@ -368,7 +368,8 @@ def _runqueue_seconds(proc_fd: int | None, pid: int) -> float | None:
         return None
 
 
-#: At most this many processes (threads count against RLIMIT_NPROC too) are walked per look.
+#: At most this many tasks (processes and their threads, which count against RLIMIT_NPROC too)
+#: are walked per look.
 MAX_TREE = 1024
 
 
@@ -383,8 +384,8 @@ def _tree_usage(proc_fd: int | None, pid: int) -> tuple[float, int] | None:
     """
     if proc_fd is None:
         return None
-    ticks, cpus, seen, todo = 0, set(), {pid}, [pid]
-    while todo:
+    ticks, cpus, seen, todo, tasks = 0, set(), {pid}, [pid], 0
+    while todo and tasks < MAX_TREE:
         cur = todo.pop()
         raw = _proc_read(proc_fd, cur, "stat", 1024)
         if raw is None:
@@ -405,7 +406,9 @@ def _tree_usage(proc_fd: int | None, pid: int) -> tuple[float, int] | None:
             tids = []
         finally:
             os.close(task_fd)
-        for tid in tids[:MAX_TREE]:
+        tids = tids[: MAX_TREE - tasks]
+        tasks += len(tids)
+        for tid in tids:
             for child in (_proc_read(proc_fd, cur, f"task/{tid}/children", 65536) or b"").split():
                 if len(seen) < MAX_TREE and child.isdigit() and int(child) not in seen:
                     seen.add(int(child))
