@@ -58,7 +58,6 @@ MOUNT_ATTR_RDONLY = 0x1
 MOUNT_ATTR_NOSUID = 0x2
 SYS_MOUNT_SETATTR = 442  # x86-64 and aarch64 share this number
 PR_SET_NO_NEW_PRIVS = 38
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PR_CAPBSET_DROP = 24
 PR_SET_PDEATHSIG = 1
 PR_SET_SECCOMP = 22
@@ -368,6 +367,7 @@ def _runqueue_seconds(proc_fd: int | None, pid: int) -> float | None:
         return None
 
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # the unit of /proc/PID/stat times
 #: At most this many tasks (processes and their threads, which count against RLIMIT_NPROC too)
 #: are walked per look.
 MAX_TREE = 1024
