@@ -7,7 +7,6 @@ the subjects load when a hook or fixture first needs them.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -215,7 +214,7 @@ def _is_dist_controller(config: pytest.Config) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Start the target early when this process will run catalog cases, so the header is exact."""
+    """Start opening the targets when this process will run catalog cases (the header waits for its own)."""
     if not _active(session.config):
         return
     config = session.config
@@ -230,9 +229,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if eager and catalog_wanted(config, runtime.settings):
         if not hasattr(config, "workerinput") and not _narrowed(config):
             runtime.preopen_lanes()  # the whole catalog is likely to run: lanes' targets open now
-        # A startup failure is remembered; each case then reports it with its message.
-        with contextlib.suppress(Exception):
-            runtime.target()
+        # Opens while pytest collects; a startup failure is remembered and each case reports it.
+        runtime.open_soon()
 
 
 def _narrowed(config: pytest.Config) -> bool:
@@ -312,8 +310,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if config.option.collectonly or _is_dist_controller(config):
         return
     # an xdist worker learns its items one at a time: its cases run one by one
-    if not hasattr(config, "workerinput") and runtime.start_lanes(session.items):
-        return
+    if not hasattr(config, "workerinput"):
+        from pytest_e2b_env.adapter import durations
+
+        if runtime.start_lanes(session.items, durations.load(config)):
+            return
     if runtime.target_if_open is not None:
         runtime.warm_up(session.items)
 
@@ -373,7 +374,24 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None and target is not None:
         workeroutput["e2b_info"] = json.dumps({"isolation": target.isolation})
+    if workeroutput is None:  # xdist workers each see a part; only a whole run's times are kept
+        _remember_durations(session)
     runtime.close()
+
+
+def _remember_durations(session: pytest.Session) -> None:
+    """Keep each case's time this run (pytest's cache) so the next run's lanes start the longest first."""
+    from pytest_e2b_env.adapter import durations
+    from pytest_e2b_env.adapter.items import CaseItem
+
+    measured = [
+        (item.nodeid, item.e2b_result.seconds)
+        for item in session.items
+        if isinstance(item, CaseItem)
+        and item.e2b_result is not None
+        and item.e2b_result.status not in ("skipped", "error")
+    ]
+    durations.save(session.config, measured)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -2,12 +2,16 @@
 """Benchmark: wall time of the offline catalog against the reference code, serial and in lanes.
 
 Usage: .venv/bin/python scripts/bench_catalog.py [--subject reward|episode|all] [--lanes 1,4]
-                                                  [--rounds N] [-n N] [--cpu]
+                                                  [--orders catalog,last] [--rounds N] [-n N] [--cpu]
 
 Each round runs the whole catalog once per lane count, interleaved (so a noisy machine hits every
 setting alike), and prints per run the wall time (process start to exit), the summed case time
 and the counts; then the best wall per setting and its ratio to the first setting. The verdicts
 of every run are compared with the first: a difference is printed and the exit status is 1.
+
+``--orders``: ``catalog`` runs each time in a fresh directory (no pytest cache: lanes take the
+cases in catalog order); ``last`` keeps one directory per lane count, primed by an untimed run,
+so the lanes start the cases that took longest last time first (adapter/durations.py).
 
 ``--cpu`` also prints where each run's CPU went, by process kind: the controller (pytest), the
 emulators, the case hosts (subject code, its imports included), and inside the sandboxes the
@@ -22,6 +26,7 @@ import collections
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -145,39 +150,63 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--subject", default="all", choices=("reward", "episode", "all"))
     parser.add_argument("--lanes", default="1,4", help="comma-separated lane counts (default 1,4)")
+    parser.add_argument("--orders", default="catalog", help="catalog, last or both (default catalog)")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("-n", dest="workers", default=None, help="xdist workers (then lanes are off)")
     parser.add_argument("--cpu", action="store_true", help="where the CPU went, by process kind")
     args = parser.parse_args()
-    settings = [int(x) for x in args.lanes.split(",")]
-    best: dict[int, float] = {}
+    orders = args.orders.split(",")
+    if not set(orders) <= {"catalog", "last"}:
+        parser.error(f"--orders {args.orders!r}: use catalog, last or catalog,last")
+    settings = [(int(x), order) for x in args.lanes.split(",") for order in orders]
+    best: dict[tuple[int, str], float] = {}
     first: dict[str, str] | None = None
     differ = False
+    kept = tempfile.TemporaryDirectory(prefix="bench-catalog-last-")
+    for lanes, order in settings:  # untimed: leaves each lane count's case times in its cache
+        if order == "last":
+            run_catalog(args.subject, lanes, args.workers, _fresh(Path(kept.name) / str(lanes)))
     for round_no in range(1, args.rounds + 1):
-        for lanes in settings:
+        for lanes, order in settings:
             with tempfile.TemporaryDirectory(prefix="bench-catalog-") as tmp:
+                where = (
+                    _fresh(Path(kept.name) / str(lanes), keep_cache=True) if order == "last" else Path(tmp)
+                )
                 wall, coverage, verdicts, cpu_lines = run_catalog(
-                    args.subject, lanes, args.workers, Path(tmp), cpu=args.cpu
+                    args.subject, lanes, args.workers, where, cpu=args.cpu
                 )
             case_seconds = sum(c.get("seconds") or 0.0 for c in coverage["cases"])
             print(
-                f"round {round_no} lanes={lanes}: wall {wall:6.1f}s  case time {case_seconds:6.1f}s  "
-                f"counts {coverage['counts']}"
+                f"round {round_no} lanes={lanes} order={order}: wall {wall:6.1f}s  "
+                f"case time {case_seconds:6.1f}s  counts {coverage['counts']}"
             )
             for line in cpu_lines:
                 print(line)
-            best[lanes] = min(best.get(lanes, wall), wall)
+            best[lanes, order] = min(best.get((lanes, order), wall), wall)
             if first is None:
                 first = verdicts
             elif verdicts != first:
                 differ = True
                 changed = sorted(k for k in first.keys() | verdicts.keys() if first.get(k) != verdicts.get(k))
                 print(f"  verdicts differ from the first run: {changed}")
+    kept.cleanup()
     base = best[settings[0]]
-    for lanes in settings:
-        ratio = base / best[lanes]
-        print(f"best wall lanes={lanes}: {best[lanes]:.1f}s  ({ratio:.2f}x of lanes={settings[0]})")
+    for setting in settings:
+        ratio = base / best[setting]
+        print(
+            f"best wall lanes={setting[0]} order={setting[1]}: {best[setting]:.1f}s  "
+            f"({ratio:.2f}x of lanes={settings[0][0]} order={settings[0][1]})"
+        )
     return 1 if differ else 0
+
+
+def _fresh(directory: Path, keep_cache: bool = False) -> Path:
+    """``directory``, empty but for pytest's cache when ``keep_cache`` (the bundles go)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for entry in directory.iterdir():
+        if not (keep_cache and entry.name == ".pytest_cache"):
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    return directory
 
 
 if __name__ == "__main__":

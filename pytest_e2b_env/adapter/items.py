@@ -65,6 +65,7 @@ class Runtime:
         #: The lanes running cases ahead of pytest (None: cases run one by one, e.g. under xdist).
         self.lanes: Lanes | None = None
         self._preopened: PreOpened | None = None
+        self._own: PreOpened | None = None  # this process's target, opening in the background
 
     def host(self, kind: str) -> CaseHost | None:
         """The process that runs this kind's subject code, offline and live (see docs/plugin.md).
@@ -95,14 +96,29 @@ class Runtime:
                 raise pytest.UsageError(str(exc)) from None
         return self._subjects[kind]
 
+    def open_soon(self) -> None:
+        """Start opening this process's target in the background (session start); :meth:`target` waits.
+
+        pytest collects meanwhile; the emulator is held by the thread that opened it (it stops with
+        that thread), which lives until :meth:`close`.
+        """
+        if self._target is None and self._own is None and self._failure is None:
+            from pytest_e2b_env.adapter.lanes import PreOpened
+
+            self._own = PreOpened(self._open_lane_target, 1)
+
     def target(self) -> Target:
         """The emulator or live proxy of this process, started on first use."""
         if self._failure is not None:
             raise InfrastructureError(self._failure)
         if self._target is None:
             try:
-                wanted = TargetSettings.from_env(live=self.settings.live, run_id=self.settings.run_id)
-                target = open_target(wanted)
+                if self._own is not None:
+                    target = self._own.take()  # opening since session start
+                else:
+                    target = open_target(
+                        TargetSettings.from_env(live=self.settings.live, run_id=self.settings.run_id)
+                    )
             except Exception as exc:  # remembered: every later case fails fast with the same message
                 self._failure = f"the {self.settings.mode} target did not start: {type(exc).__name__}: {exc}"
                 self.problems.append(self._failure)
@@ -126,7 +142,10 @@ class Runtime:
 
     @property
     def target_if_open(self) -> Target | None:
-        """The target when already started (the header never starts one)."""
+        """The target when started or starting (waited for); never starts one (the header asks)."""
+        if self._target is None and self._own is not None and self._failure is None:
+            with contextlib.suppress(InfrastructureError):  # remembered: the cases report it
+                self.target()
         return self._target
 
     def cases(self, config: pytest.Config) -> list[Case]:
@@ -181,18 +200,19 @@ class Runtime:
 
             self._preopened = PreOpened(self._open_lane_target, self.settings.lanes)
 
-    def start_lanes(self, items: list[pytest.Item]) -> bool:
+    def start_lanes(self, items: list[pytest.Item], seconds: dict[str, float] | None = None) -> bool:
         """Run the collected cases in ``settings.lanes`` lanes; False when they run one by one.
 
         Lanes need two or more runnable cases and a target that opened (live, this is where the
         API is first asked, so an unreachable one still stops the run at its first case).
+        ``seconds`` (each case's last time) makes them start the longest first.
         """
-        started = self._start_lanes(items)
+        started = self._start_lanes(items, seconds)
         if self._preopened is not None:  # the targets no lane takes go now
             self._preopened.keep(self.lanes.width if self.lanes is not None else 0)
         return started
 
-    def _start_lanes(self, items: list[pytest.Item]) -> bool:
+    def _start_lanes(self, items: list[pytest.Item], seconds: dict[str, float] | None) -> bool:
         mode = self.settings.mode
         cases = [
             (item.nodeid, item.case, item.subject)
@@ -202,14 +222,17 @@ class Runtime:
         width = min(self.settings.lanes, len(cases))
         if width < 2:
             return False
-        try:
-            self.target()
-        except InfrastructureError:
-            return False
+        if self.settings.live:  # the API is first asked here: unreachable, the first case says so
+            try:
+                self.target()
+            except InfrastructureError:
+                return False
+        # Offline the lanes do not wait for this process's own emulator (the fixtures'): they open
+        # their own, and if emulators cannot start at all, the first item reports it and stops.
         from pytest_e2b_env.adapter.lanes import Lanes
 
         opener = self._preopened.take if self._preopened is not None else self._open_lane_target
-        self.lanes = Lanes(self.settings, cases, width, opener)
+        self.lanes = Lanes(self.settings, cases, width, opener, seconds)
         self.lanes.start()
         return True
 
@@ -245,6 +268,9 @@ class Runtime:
                     self.problems.append(
                         f"stopping the target failed: {type(exc).__name__}: {str(exc)[:200]}"
                     )
+        own, self._own = self._own, None
+        if own is not None:  # after its target closed (or to close one never taken)
+            own.close()
 
 
 class CaseItem(pytest.Item):

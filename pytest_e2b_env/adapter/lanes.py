@@ -190,7 +190,10 @@ def share_lanes(counts: dict[str, int], width: int) -> list[str]:
 
 
 class Lanes:
-    """``width`` lanes working through ``cases`` ((node id, case, subject)) in catalog order.
+    """``width`` lanes working through ``cases`` ((node id, case, subject)), longest first.
+
+    ``seconds`` is how long each case took last time (:mod:`~pytest_e2b_env.adapter.durations`);
+    without it the lanes go in catalog order.
 
     Each lane serves one subject kind (:func:`share_lanes`); once its kind has nothing left it
     helps the kind with most cases left, when that kind's hosts are forked (cheap to start) or
@@ -203,11 +206,15 @@ class Lanes:
         cases: list[tuple[str, Case, Subject]],
         width: int,
         open_target: Any,
+        seconds: dict[str, float] | None = None,
     ) -> None:
+        from pytest_e2b_env.adapter.durations import longest_first
+
         self.settings = settings
         self._open_target = open_target  # () -> Target, the same settings as the process's own
         self._queues: dict[str, collections.deque[tuple[str, Case, Subject]]] = {}
-        for item in cases:
+        rank = {key: n for n, key in enumerate(longest_first([c[0] for c in cases], seconds or {}))}
+        for item in sorted(cases, key=lambda c: rank[c[0]]):
             self._queues.setdefault(item[1].subject, collections.deque()).append(item)
         self.kinds = share_lanes({k: len(q) for k, q in self._queues.items()}, width)
         self.width = len(self.kinds)

@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def pytest_args(options: argparse.Namespace) -> list[str]:
     """The pytest command line; the project's config supplies everything not named here."""
-    args = ["-p", "no:cacheprovider", "--e2b-catalog-only"]
+    args = ["--e2b-catalog-only"]
     if options.output:
         args += ["--e2b-evidence", str(Path(options.output).resolve())]
     if options.cases:

@@ -120,3 +120,43 @@ def test_a_lane_helps_a_kind_that_forks_while_its_own_template_imports() -> None
     assert kind_taken("reward", set()) == "wait"  # the other kind's lane has not started it yet
     lanes._templates["episode"] = _Template(ready=True, refused=True)  # type: ignore[assignment]
     assert kind_taken("reward", set()) == "reward"  # the other kind spawns its hosts: its own
+
+
+def test_the_next_run_starts_the_case_that_took_longest_first() -> None:
+    """Each lane takes its kind's cases by last run's time, longest first; unseen ones before all."""
+    from pytest_e2b_env.adapter.lanes import Lanes
+    from pytest_e2b_env.catalog.loader import default_cases_dir, load_cases
+
+    cases = [c for c in load_cases([default_cases_dir()]) if c.subject == "reward"][:4]
+    items = [(c.id, c, None) for c in cases]
+    seconds = {cases[0].id: 0.5, cases[1].id: 6.0, cases[2].id: 2.0}  # cases[3]: never seen
+    lanes = Lanes(None, items, 2, open_target=None, seconds=seconds)  # type: ignore[arg-type]
+    lanes._alive = {"reward": 2}
+    taken = [lanes._next("reward", {"reward"}) for _ in cases]
+    assert [t[0] for t in taken if isinstance(t, tuple)] == [cases[n].id for n in (3, 1, 2, 0)]
+    plain = Lanes(None, items, 2, open_target=None)  # type: ignore[arg-type]
+    plain._alive = {"reward": 2}
+    assert [plain._next("reward", {"reward"})[0] for _ in cases] == [c.id for c in cases]  # type: ignore[index]
+
+
+def test_case_times_are_kept_for_the_next_run_and_change_no_record(pytester: pytest.Pytester) -> None:
+    """A laned run leaves each case's time in pytest's cache; a run that uses it (reversed, so the
+    order differs) gives the same records in catalog order; a malformed cache is ignored."""
+    write_project(pytester)
+    ids = _more_cases(pytester)
+    first = pytester.runpytest("--e2b-lanes", "3", "--e2b-evidence", "first")
+    kept = read_json(pytester.path / ".pytest_cache" / "v" / "pytest_e2b_env" / "case_seconds")
+    by_id = {key.rpartition("::")[2]: value for key, value in kept.items()}
+    assert sorted(by_id) == sorted(ids)
+    assert all(isinstance(v, float) and v > 0 for v in by_id.values()), kept
+    reversed_times = {key: float(n) for n, key in enumerate(kept)}  # the last case now "longest"
+    (pytester.path / ".pytest_cache" / "v" / "pytest_e2b_env" / "case_seconds").write_text(
+        json.dumps(reversed_times)
+    )
+    second = pytester.runpytest("--e2b-lanes", "3", "--e2b-evidence", "second")
+    assert first.parseoutcomes() == second.parseoutcomes()
+    assert [r[0] for r in _records(pytester, "second")] == ids
+    assert _records(pytester, "second") == _records(pytester, "first")
+    (pytester.path / ".pytest_cache" / "v" / "pytest_e2b_env" / "case_seconds").write_text('["not", "a map"]')
+    third = pytester.runpytest("--e2b-lanes", "3", "--e2b-evidence", "third")
+    assert third.parseoutcomes() == first.parseoutcomes()
