@@ -105,7 +105,7 @@ class Runtime:
         if self._target is None and self._own is None and self._failure is None:
             from pytest_e2b_env.adapter.lanes import PreOpened
 
-            self._own = PreOpened(self._open_lane_target, 1)
+            self._own = PreOpened(self._open_lane_target, 1, name="own-target")
 
     def target(self) -> Target:
         """The emulator or live proxy of this process, started on first use."""

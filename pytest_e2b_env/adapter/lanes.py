@@ -100,7 +100,7 @@ class PreOpened:
     it (``PR_SET_PDEATHSIG`` follows the parent thread, not the process).
     """
 
-    def __init__(self, open_target: Any, count: int) -> None:
+    def __init__(self, open_target: Any, count: int, name: str = "open") -> None:
         self._open = open_target
         self._lock = threading.Lock()
         self._ready: queue.Queue[tuple[Target | None, Exception | None]] = queue.Queue()
@@ -108,7 +108,7 @@ class PreOpened:
         self._closers: list[threading.Thread] = []
         self._done = threading.Event()
         self._openers = [
-            threading.Thread(target=self._one, name=f"pytest-e2b-env-open-{number}", daemon=True)
+            threading.Thread(target=self._one, name=f"pytest-e2b-env-{name}-{number}", daemon=True)
             for number in range(count)
         ]
         for thread in self._openers:

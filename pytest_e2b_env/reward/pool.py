@@ -37,7 +37,7 @@ from pytest_e2b_env.masking import (
 from pytest_e2b_env.reward.batch import Cases, grade_answer, validate_batch
 from pytest_e2b_env.reward.extract import extract_code
 from pytest_e2b_env.reward.preflight import check_preflight
-from pytest_e2b_env.reward.protocol import Isolation, Limits, Payload, ProtocolError
+from pytest_e2b_env.reward.protocol import Batch, Isolation, Limits, Payload, ProtocolError, part_answers
 from pytest_e2b_env.reward.records import CandidateRecord, Counters, percentile
 from pytest_e2b_env.reward.workers import (
     Worker,
@@ -49,6 +49,8 @@ from pytest_e2b_env.reward.workers import (
 from pytest_e2b_env.target.settings import DEFAULT_CREATE_INTERVAL, env_run_id
 
 _POISON = "poison"  # queued when a background creation failed: every waiter raises the pool's failure
+#: The most candidates one command hands a worker (a TRL batch is split over the workers first).
+MAX_PART = 16
 
 
 def _run_id(run_id: str | None) -> str:
@@ -205,23 +207,31 @@ class RewardPool:
         batch = validate_batch(completions, test_cases)
         scores: list[float | None] = [0.0] * len(completions)
         masked: dict[int, _LostCandidate] = {}
-        jobs: dict[int, asyncio.Task[CandidateRecord]] = {}
+        evaluable: list[tuple[int, str, Cases]] = []
         for i, completion in enumerate(completions):
             extracted = extract_code(completion)
             if extracted.code is None:
                 record = CandidateRecord(i, 0.0, extracted.reason, extracted.detail)
                 self._commit(record)
                 continue
-            self._bind_loop()
-            jobs[i] = asyncio.create_task(self._evaluate(i, extracted.code, batch[i]))
+            evaluable.append((i, extracted.code, batch[i]))
+        jobs = [i for i, _, _ in evaluable]
         if jobs:
+            self._bind_loop()
+            parts = self._parts(evaluable)
+            tasks = [asyncio.create_task(self._evaluate_part(part)) for part in parts]
             try:
-                results = await asyncio.gather(*jobs.values(), return_exceptions=True)
+                gathered = await asyncio.gather(*tasks, return_exceptions=True)
             except BaseException as exc:  # cancellation: remote work cannot be certified stopped
                 self._poison(
                     InfrastructureError("reward call was cancelled mid-batch; the pool is poisoned"), exc
                 )
                 raise
+            outcome: dict[int, CandidateRecord | BaseException] = {}
+            for part, got in zip(parts, gathered, strict=True):
+                for i, _, _ in part:
+                    outcome[i] = got[i] if isinstance(got, dict) else got
+            results = [outcome[i] for i in jobs]
             for i, result in zip(jobs, results, strict=True):
                 if isinstance(result, BaseException):  # evidence only: these never get a score
                     self.failures.append({"index": i, "error": describe(result), "at": time.time()})
@@ -429,11 +439,110 @@ class RewardPool:
         else:
             self._slots.put_nowait(worker)
 
-    async def _evaluate(self, index: int, code: str, cases: Cases) -> CandidateRecord:
-        record = CandidateRecord(index, 0.0, None)
+    def _parts(self, evaluable: list[tuple[int, str, Cases]]) -> list[list[tuple[int, str, Cases]]]:
+        """The batch in contiguous parts, one per worker (sizes differ by one at most, each at most
+        ``MAX_PART``): a part is one command, its cases side by side on one worker."""
+        count = max(min(self.workers, len(evaluable)), -(-len(evaluable) // MAX_PART))
+        size, extra = divmod(len(evaluable), count)
+        parts, start = [], 0
+        for n in range(count):
+            end = start + size + (n < extra)
+            parts.append(evaluable[start:end])
+            start = end
+        return parts
+
+    def _payload(self, code: str, cases: Cases) -> Payload:
+        return Payload(
+            "run", code.encode(), [c[0] for c in cases], self.case_seconds, self.limits, self.isolation
+        )
+
+    async def _renew_if_due(self, worker: Worker) -> None:
+        if time.monotonic() - worker.renewed_mono > self.renew_every:
+            await self._client.renew(worker)
+            self._counters.renewals += 1
+
+    def _account(self, record: CandidateRecord) -> None:
+        """Count a scored candidate's times and put it in the ledger."""
+        self._counters.queue_seconds += record.queue_seconds
+        self._counters.exec_seconds += record.exec_seconds
+        self._counters.candidate_seconds.append(record.queue_seconds + record.exec_seconds)
+        self._commit(record)
+
+    def _command_timeout(self, cases: int) -> float:
         # a starved case may run to its wall backstop (its deadline x limits.wall_slack)
-        command_timeout = len(cases) * (self.case_seconds * self.limits.wall_slack + 3) + 20
-        for attempt in (1, 2):
+        return cases * (self.case_seconds * self.limits.wall_slack + 3) + 20
+
+    async def _evaluate_part(
+        self, part: list[tuple[int, str, Cases]]
+    ) -> dict[int, CandidateRecord | BaseException]:
+        """Evaluate several candidates in one command on one worker; per candidate its record or
+        the error that kept it from one.
+
+        A transient failure of the command is each candidate's first attempt: each then gets its
+        second on its own, so a fault that follows one program costs only that one its score.
+        """
+        if len(part) == 1:
+            ((index, code, cases),) = part
+            try:
+                return {index: await self._evaluate(index, code, cases)}
+            except Exception as exc:
+                return {index: exc}
+        records = {i: CandidateRecord(i, 0.0, None) for i, _, _ in part}
+        waited = time.monotonic()
+        worker = await self._borrow()
+        queued = time.monotonic() - waited
+        keep: Worker | None = worker
+        try:
+            self._check_usable()
+            await self._renew_if_due(worker)
+            batch = Batch([self._payload(code, cases) for _, code, cases in part])
+            ran = time.monotonic()
+            timeout = self._command_timeout(sum(len(cases) for _, _, cases in part))
+            answers = part_answers(await self._client.run(worker, batch, timeout), batch)
+            elapsed = time.monotonic() - ran
+            graded = [
+                grade_answer(records[i], answer, cases)
+                for (i, _, cases), answer in zip(part, answers, strict=True)
+            ]
+            worker.uses += 1
+            self._counters.cases += sum(graded)
+            for record in records.values():  # each waited as long as the part: its latency
+                record.attempts, record.worker_id = 1, worker.sandbox_id
+                record.queue_seconds, record.exec_seconds = queued, elapsed
+                self._account(record)
+            return dict(records)
+        except asyncio.CancelledError:
+            worker.lost = True  # its command may still run remotely: never reuse it
+            raise
+        except InfrastructureError:
+            raise
+        except Exception as exc:
+            if not is_transient(exc):
+                first, last = part[0][0], part[-1][0]
+                raise InfrastructureError(
+                    f"candidates {first}-{last}: {describe(exc)} (not retried)"
+                ) from exc
+            lost = exc
+            keep = None
+            await self._discard(worker)
+            self._counters.retries += len(part)
+        finally:
+            self._give_back(keep)
+        retried = await asyncio.gather(
+            *(self._evaluate(i, code, cases, errors=[describe(lost)]) for i, code, cases in part),
+            return_exceptions=True,
+        )
+        return {i: got for (i, _, _), got in zip(part, retried, strict=True)}
+
+    async def _evaluate(
+        self, index: int, code: str, cases: Cases, errors: list[str] | None = None
+    ) -> CandidateRecord:
+        """One candidate in its own command: two attempts, or only the second after ``errors``
+        (its part's command failed)."""
+        record = CandidateRecord(index, 0.0, None)
+        record.errors.extend(errors or [])
+        command_timeout = self._command_timeout(len(cases))
+        for attempt in (1, 2) if errors is None else (2,):
             record.attempts = attempt
             waited = time.monotonic()
             worker = await self._borrow()
@@ -442,26 +551,13 @@ class RewardPool:
             try:
                 self._check_usable()
                 record.worker_id = worker.sandbox_id
-                if time.monotonic() - worker.renewed_mono > self.renew_every:
-                    await self._client.renew(worker)
-                    self._counters.renewals += 1
-                payload = Payload(
-                    "run",
-                    code.encode(),
-                    [c[0] for c in cases],
-                    self.case_seconds,
-                    self.limits,
-                    self.isolation,
-                )
+                await self._renew_if_due(worker)
                 ran = time.monotonic()
-                answer = await self._client.run(worker, payload, command_timeout)
+                answer = await self._client.run(worker, self._payload(code, cases), command_timeout)
                 record.exec_seconds += time.monotonic() - ran
                 worker.uses += 1
                 self._counters.cases += grade_answer(record, answer, cases)
-                self._counters.queue_seconds += record.queue_seconds
-                self._counters.exec_seconds += record.exec_seconds
-                self._counters.candidate_seconds.append(record.queue_seconds + record.exec_seconds)
-                self._commit(record)
+                self._account(record)
                 return record
             except asyncio.CancelledError:
                 worker.lost = True  # its command may still run remotely: never reuse it

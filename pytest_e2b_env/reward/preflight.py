@@ -37,6 +37,8 @@ INSIDE = (
     "bpf_denied",
     "nproc_enforced",
     "inputs_private",
+    "programs_unlisted",
+    "own_process_group",
     "daemon_started",
 )
 # Checks the runner makes from outside after the probe ended.

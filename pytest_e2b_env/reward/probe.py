@@ -215,6 +215,17 @@ def _upload_unreadable(path):
         return False
 
 
+def _unlisted(directory):
+    """Whether the case cannot list ``directory`` (the other candidates' programs live there)."""
+    try:
+        os.listdir(directory)
+    except PermissionError:
+        return True
+    except OSError:
+        return False  # missing: the runner's layout is not what the host expects
+    return False
+
+
 def _fsize_enforced(limit):
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
@@ -281,6 +292,9 @@ def main():
     checks["bpf_denied"] = numbers is not None and _bpf_denied(numbers)
     checks["nproc_enforced"] = _nproc_enforced(limits["nproc"])
     checks["inputs_private"] = _upload_unreadable(spec["upload"])
+    checks["programs_unlisted"] = _unlisted(spec["jobs"])
+    # pid 1 leads its own session and group: kill(0) reaches this case only, not its neighbours
+    checks["own_process_group"] = os.getpgrp() == os.getpid() == os.getsid(0)
     daemon = _start_daemon()
     checks["daemon_started"] = daemon > 0 and os.path.exists(f"/proc/{daemon}")
     print(json.dumps({"checks": checks}))

@@ -1,9 +1,9 @@
 """The host side of the runner protocol: limits, the one-command payload, and answer parsing.
 
-One candidate costs one ``commands.run``: the command starts the installed runner with a
-quoted heredoc on stdin holding a JSON header line, the program and the case inputs (the
-program stays readable in the command text). The runner answers one JSON line. Expected
-outputs are not part of the payload, ever.
+One command hands the runner one candidate, or a batch of them: a quoted heredoc on stdin holds
+a JSON header line, the program and the case inputs (a batch: a header naming each part's size,
+then the parts; the programs stay readable in the command text). The runner answers one JSON
+line. Expected outputs are not part of the payload, ever.
 """
 
 from __future__ import annotations
@@ -102,6 +102,31 @@ class Payload:
         return json.dumps(self.header()).encode() + b"\n" + self.code + b"".join(self.inputs)
 
 
+@dataclass
+class Batch:
+    """Several candidates in one runner invocation: a header line naming each part's size, then
+    each part as a :class:`Payload` would send it. The runner answers part by part."""
+
+    parts: list[Payload]
+    nonce: str = field(default_factory=lambda: secrets.token_hex(8))
+
+    def stdin(self) -> bytes:
+        bodies = [part.stdin() for part in self.parts]
+        header = {"nonce": self.nonce, "mode": "batch", "part_bytes": [len(body) for body in bodies]}
+        return json.dumps(header).encode() + b"\n" + b"".join(bodies)
+
+
+def part_answers(answer: dict[str, Any], batch: Batch) -> list[dict[str, Any]]:
+    """Each part's answer, in order; :class:`ProtocolError` when one is missing or not its part's."""
+    answers = answer.get("answers")
+    if not isinstance(answers, list) or len(answers) != len(batch.parts):
+        raise ProtocolError(f"runner answered {len(answers or [])} parts of a batch of {len(batch.parts)}")
+    for part, got in zip(batch.parts, answers, strict=True):
+        if not isinstance(got, dict) or got.get("nonce") != part.nonce:
+            raise ProtocolError("a batch answer does not carry its part's nonce")
+    return answers
+
+
 def heredoc_command(program: str, stdin: bytes, prefix: str = "") -> str:
     """``prefix`` then ``python3 program`` fed ``stdin`` by a quoted heredoc (taken literally).
 
@@ -128,10 +153,13 @@ def install_command(payload: Payload) -> str:
     """
     runner = resource_text("runner.py")
     delimiter = "PE2B_RUNNER_" + secrets.token_hex(8)
-    inbox_mode = "700" if payload.isolation.private_inputs else "755"  # 755: a test seam only
+    # 755 for both: a test seam only. jobs is 0711: a case runs its own program (a directory
+    # named by its request's 64-bit nonce) but cannot list the others of a batch.
+    inbox_mode, jobs_mode = ("700", "711") if payload.isolation.private_inputs else ("755", "755")
     prefix = (
         f"set -e; umask 022; mkdir -p {REMOTE_DIR}/jobs {SERVE_DIR} {INBOX_DIR};"
         f" chmod 755 /opt/pytest-e2b-env {REMOTE_DIR}; chmod 700 {SERVE_DIR}; chmod {inbox_mode} {INBOX_DIR};"
+        f" chmod {jobs_mode} {REMOTE_DIR}/jobs;"
         f" rm -f {SERVE_DIR}/req {SERVE_DIR}/resp {SERVE_DIR}/pid;"
         f" cat > {RUNNER} <<'{delimiter}'\n{runner}\n{delimiter}\nchmod 444 {RUNNER}\n"
     )

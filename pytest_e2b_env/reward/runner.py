@@ -1,17 +1,19 @@
-"""In-sandbox runner: runs one candidate program on each test input, every case isolated.
+"""In-sandbox runner: runs candidate programs on each test input, every case isolated.
 
 This file is package data. It is uploaded to each worker once and runs there as sandbox root
 under ``/usr/bin/python3`` (standard library only; it never imports pytest_e2b_env). One
-invocation evaluates one candidate: the host sends a header line and the payload on stdin
-(a heredoc in the same command, so a candidate costs one round trip) and reads one JSON line
-from stdout. Expected outputs never come here; the host grades.
+invocation evaluates one candidate, or a batch of them side by side: the host sends a header
+line and the payload on stdin (a heredoc in the same command, so a batch costs one round trip)
+and reads one JSON line from stdout. Expected outputs never come here; the host grades. Each
+program lies in its own directory under ``jobs`` (0711: a case cannot list its neighbours').
 
 Each case runs in a fresh process tree:
 
 * fork A (root): ``unshare`` mount, pid, net, ipc and uts namespaces, then fork B;
-* B is pid 1 of the new pid namespace: private mount propagation, the whole mount tree
-  read-only, a fresh ``/proc``, private tmpfs ``/tmp`` and ``/dev/shm`` (scratch), rlimits
-  (NPROC, FSIZE, AS, CPU, CORE, NOFILE, MSGQUEUE), capability bounding set emptied, a seccomp
+* B is pid 1 of the new pid namespace, in a session of its own (``kill(0)`` reaches no other
+  case): private mount propagation, the whole mount tree read-only, a fresh ``/proc``,
+  private tmpfs ``/tmp`` and ``/dev/shm`` (scratch), rlimits (NPROC, FSIZE, AS, CPU, CORE,
+  NOFILE, MSGQUEUE), capability bounding set emptied, a seccomp
   filter (no new namespaces, no keyrings, no memory outside the address-space budget),
   uid/gid 65534 with no groups, ``no_new_privs``, then ``exec python3 -I -B solution.py``
   with the case input on stdin (a memfd, so a program that never reads stdin cannot block us);
@@ -274,6 +276,9 @@ def _isolate_and_exec(
     limits = spec["limits"]
     iso = spec["isolation"]
     try:
+        # A session (and process group) of its own: kill(0) from the program would otherwise reach
+        # every process of the runner's group, other cases' programs among them (the same uid).
+        os.setsid()
         # Built before RLIMIT_AS applies, so no allocation of the runner's can fail after it.
         seccomp = _seccomp_fprog() if iso.get("seccomp") else None
         if iso["mount_private"]:
@@ -726,12 +731,18 @@ def run_cases(
     spec: dict, code_path: str, inputs: list[bytes], width: int = 1, warm: _Warm | None = None
 ) -> list[dict]:
     """Run each input as a case in its own isolated process tree, ``width`` at a time; in input order."""
-    reports: list[dict | None] = [None] * len(inputs)
+    return run_jobs([(spec, code_path, data) for data in inputs], width, warm)
+
+
+def run_jobs(jobs: list[tuple[dict, str, bytes]], width: int = 1, warm: _Warm | None = None) -> list[dict]:
+    """Run each (spec, program, input) as a case in its own isolated process tree, ``width`` at a
+    time (several candidates' cases side by side); the records in job order."""
+    reports: list[dict | None] = [None] * len(jobs)
     running: dict[int, _Run] = {}
-    pending = list(enumerate(inputs))
+    pending = list(enumerate(jobs))
     while pending or running:
         while pending and len(running) < max(width, 1):
-            index, data = pending.pop(0)
+            index, (spec, code_path, data) = pending.pop(0)
             prepared = warm.take(spec) if warm is not None else None
             if prepared is None:
                 running[index] = _Run(spec, code_path, data)
@@ -807,12 +818,32 @@ WARM = _Warm()  # the persistent runner's cases set up ahead
 
 def evaluate(spec: dict, code: bytes, inputs: list[bytes], warm: bool = False) -> dict:
     """Run every case of one candidate; the per-case records in input order."""
-    job_dir = os.path.join(HOME, "jobs", spec["nonce"])
-    code_path = _write_code(job_dir, code)
+    return evaluate_many([(spec, code, inputs)], warm)[0]
+
+
+def evaluate_many(parts: list[tuple[dict, bytes, list[bytes]]], warm: bool = False) -> list[dict]:
+    """Run every case of several candidates side by side; per candidate its records, in order.
+
+    Each program lies in a directory named by its request's nonce under ``jobs``, which is
+    0711: a case can run its own program but cannot list the others' (64 random bits each).
+    """
+    written: list[str] = []
+    jobs: list[tuple[dict, str, bytes]] = []
     try:
-        return {"cases": run_cases(spec, code_path, inputs, spec["parallel"], WARM if warm else None)}
+        for spec, code, inputs in parts:
+            job_dir = os.path.join(HOME, "jobs", spec["nonce"])
+            code_path = _write_code(job_dir, code)
+            written.append(job_dir)
+            jobs += [(spec, code_path, data) for data in inputs]
+        records = run_jobs(jobs, parts[0][0]["parallel"], WARM if warm else None)
     finally:
-        _remove_job(job_dir)
+        for job_dir in written:
+            _remove_job(job_dir)
+    answers, offset = [], 0
+    for spec, _, inputs in parts:
+        answers.append({"cases": records[offset : offset + len(inputs)], "nonce": spec["nonce"]})
+        offset += len(inputs)
+    return answers
 
 
 def preflight(spec: dict, code: bytes) -> dict:
@@ -839,6 +870,7 @@ def preflight(spec: dict, code: bytes) -> dict:
             "limits": spec["limits"],
             "forbidden_writes": ["/", "/etc", "/usr", HOME, "/var/tmp"],
             "upload": upload,
+            "jobs": os.path.join(HOME, "jobs"),
         }
         job_dir = os.path.join(HOME, "jobs", spec["nonce"])
         code_path = _write_code(job_dir, code)
@@ -903,12 +935,8 @@ def _plan(spec: dict) -> None:
     spec["parallel"] = max(1, int(spec["limits"].get("parallel_cases", 1))) if available else 1
 
 
-def handle(raw: bytes, warm: bool = False) -> bytes:
-    """One request (header line, program, inputs) to one JSON answer line.
-
-    ``warm`` (the persistent runner): run cases on the ones set up ahead, then set up as many for
-    the next request (they do it while the runner waits for it).
-    """
+def _parse(raw: bytes) -> tuple[dict, bytes, list[bytes]]:
+    """One candidate's request (header line, program, inputs): its spec, program and inputs."""
     header_line, _, body = raw.partition(b"\n")
     spec = json.loads(header_line)
     _plan(spec)
@@ -918,15 +946,42 @@ def handle(raw: bytes, warm: bool = False) -> bytes:
     for length in spec["input_bytes"]:
         inputs.append(body[offset : offset + length])
         offset += length
+    return spec, code, inputs
+
+
+def handle(raw: bytes, warm: bool = False) -> bytes:
+    """One request to one JSON answer line: a candidate (header line, program, inputs), or a batch
+    of them (a header line naming each part's size, then the parts) answered part by part.
+
+    ``warm`` (the persistent runner): run cases on the ones set up ahead, then set up as many for
+    the next request (they do it while the runner waits for it).
+    """
+    header_line, _, body = raw.partition(b"\n")
+    header = json.loads(header_line)
+    if header.get("mode") == "batch":
+        parts, offset = [], 0
+        for size in header["part_bytes"]:
+            parts.append(_parse(body[offset : offset + size]))
+            offset += size
+        nonce = header["nonce"]
+    else:
+        parts, nonce = [_parse(raw)], header["nonce"]
+    spec = parts[0][0]
+    cases = sum(len(inputs) for _, _, inputs in parts)
     try:
-        result = preflight(spec, code) if spec["mode"] == "preflight" else evaluate(spec, code, inputs, warm)
+        if spec["mode"] == "preflight":
+            result = preflight(spec, parts[0][1])
+        elif header.get("mode") == "batch":
+            result = {"answers": evaluate_many(parts, warm)}
+        else:
+            result = evaluate(spec, parts[0][1], parts[0][2], warm)
     except SetupError as exc:
         result = {"setup_error": str(exc)}
-    result["nonce"] = spec["nonce"]
+    result["nonce"] = nonce
     if warm and spec["mode"] == "run":
         # as many as this request ran at once: the next candidate of a task has as many cases, and
         # a case set up for nobody is a fork, namespaces and mounts spent for nothing
-        WARM.want = (spec, min(spec["parallel"], max(1, len(inputs))))
+        WARM.want = (spec, min(spec["parallel"], max(1, cases)))
     return (json.dumps(result) + "\n").encode()
 
 

@@ -28,6 +28,7 @@ from e2b import (
 from pytest_e2b_env.reward.protocol import (
     INBOX_DIR,
     MAX_COMMAND_BYTES,
+    Batch,
     Payload,
     ProtocolError,
     install_command,
@@ -128,8 +129,8 @@ class WorkerClient:
         )
         return parse_answer(result.stdout, payload.nonce)
 
-    async def run(self, worker: Worker, payload: Payload, command_timeout: float) -> dict[str, Any]:
-        """Run one candidate on ``worker``; the runner's answer (per-case records)."""
+    async def run(self, worker: Worker, payload: Payload | Batch, command_timeout: float) -> dict[str, Any]:
+        """Run one candidate (or a batch) on ``worker``; the runner's answer (per-case records)."""
         stdin = payload.stdin()
         if len(stdin) + 400 <= MAX_COMMAND_BYTES:
             command = run_command(stdin, command_timeout)

@@ -247,3 +247,31 @@ async def test_close_is_bounded_when_a_step_hangs(
     assert info.value.ids == (worker,)
     assert "reap --run-id" in str(info.value)
     monkeypatch.undo()  # the fixture's close then kills the worker for real (and checks it)
+
+
+async def test_a_lost_part_retries_each_candidate_alone(
+    make_pool: Callable[..., RewardPool], faults: Any
+) -> None:
+    """Three candidates go to one worker in one command; lost once (the fault follows the marked
+    program), each gets its second attempt on its own and all three still score right."""
+    faults.add(route=START, answer={"lose_sandbox": True}, contains=MARK, times=1)
+    pool = make_pool(workers=1)
+    partial = completion(program("total_tokens_partial"))
+    wrong = completion(program("total_tokens_wrong"))
+    assert await pool.code_reward([partial, CORRECT, wrong], [TOTAL] * 3) == [2 / 3, 1.0, 0.0]
+    assert sorted((r["index"], r["attempts"]) for r in pool.ledger) == [(0, 2), (1, 2), (2, 2)]
+    assert all("Sandbox" in r["errors"][0] for r in pool.ledger)  # the part's loss, on each
+    assert pool.metrics["infrastructure_retries"] == 3
+
+
+async def test_a_part_lost_twice_masks_only_the_candidate_the_fault_follows(
+    make_pool: Callable[..., RewardPool], faults: Any
+) -> None:
+    """Lost as a part and then alone: only the marked candidate is masked, the others keep their
+    scores in order (as TRL needs them)."""
+    faults.add(route=START, answer={"lose_sandbox": True}, contains=MARK, times=2)
+    pool = make_pool(workers=1, on_infrastructure="mask", mask_budget=0.5, mask_consecutive=3)
+    partial = completion(program("total_tokens_partial"))
+    wrong = completion(program("total_tokens_wrong"))
+    assert await pool.code_reward([partial, CORRECT, wrong], [TOTAL] * 3) == [2 / 3, None, 0.0]
+    assert [f["index"] for f in pool.failures] == [1]

@@ -77,7 +77,7 @@ async def test_uploaded_inputs_are_unreadable_by_cases(make_pool: Callable[..., 
     ("weaker", "failed_checks"),
     [
         (Isolation(seccomp=False), ("userns_denied", "keyring_denied", "memfd_denied", "sysv_ipc_denied")),
-        (Isolation(private_inputs=False), ("inputs_private",)),
+        (Isolation(private_inputs=False), ("inputs_private", "programs_unlisted")),
         (Isolation(case_userns=False), ("cases_separate",)),  # side by side under one uid
     ],
 )
@@ -213,3 +213,14 @@ async def test_cases_set_up_ahead_are_dropped_when_the_limits_change(
     cpu = [["4", "4"], ["4", "4"], ["7", "7"], ["7", "7"], ["4", "4"]]
     assert [[row[0] for row in rows] for rows in seen] == cpu
     assert all([row[1] for row in rows] == ["x", "y"] for rows in seen)
+
+
+async def test_a_candidate_cannot_copy_another_of_its_batch(make_pool: Callable[..., RewardPool]) -> None:
+    """Candidates of one batch part lie on one worker at once; a program hunting for another's
+    source (to run it on its own input) finds none: the jobs directory cannot be listed."""
+    pool = make_pool(workers=1)
+    hostile = completion(program("copy_other_program"))
+    assert await pool.code_reward([hostile, CORRECT, CORRECT], [TOTAL] * 3) == [0.0, 1.0, 1.0]
+    assert reasons(pool, 0) == {"mismatch"}  # printed null: nothing else was found
+    assert len({r["worker_id"] for r in pool.ledger}) == 1  # the three shared one worker
+    assert pool.metrics["candidates"] == 3
