@@ -5,7 +5,9 @@ Failure policy in one place:
 * the candidate's own behaviour (no code, syntax, exit, timeout, output) scores 0 with a reason;
 * a transient infrastructure fault (lost worker, 5xx, rate limit, transport timeout, a broken
   runner) gets one retry on a replacement worker; creation gets two attempts (the SDK already
-  honours ``Retry-After`` on 429 inside each);
+  honours ``Retry-After`` on 429 inside each). A batch goes to the workers in parts, one command
+  each; a part lost that way was each of its candidates' first attempt, and each gets its retry
+  on its own;
 * authentication or configuration errors, a failed preflight, exhausted retries, cancellation
   and heartbeat auth failures raise :class:`InfrastructureError` and poison the pool: every
   later call raises too, and no score is ever produced from a failure;
