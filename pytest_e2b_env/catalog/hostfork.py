@@ -310,5 +310,13 @@ def _run_host(req_fd: int, rep_fd: int, spec: dict[str, Any], subject: Any) -> N
         os._exit(code)
 
 
+def main(fd: int) -> int:
+    """The template process: serve the controller until it closes its end of the socket."""
+    try:
+        return _serve(socket.socket(fileno=fd))
+    except (BrokenPipeError, ConnectionResetError):
+        return 0  # the controller closed its end first (the run ended mid-import): that is our end
+
+
 if __name__ == "__main__":
-    sys.exit(_serve(socket.socket(fileno=int(sys.argv[1]))))
+    sys.exit(main(int(sys.argv[1])))

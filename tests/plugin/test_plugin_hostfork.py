@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -100,3 +104,25 @@ def test_the_reference_episode_declares_a_preload_that_starts_no_thread() -> Non
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
     )
     assert out.stdout.split() == ["1", "pytest_e2b_env.episode.client.preload"], out.stdout + out.stderr
+
+
+def test_a_template_whose_controller_left_mid_import_ends_quietly(tmp_path: Path) -> None:
+    """The run ended while the template still imported the subject (an emulator that did not
+    start, -x, Ctrl-C): its answer finds the socket closed and it exits 0, no traceback."""
+    (tmp_path / "slowsubject.py").write_text("import time\ntime.sleep(1.0)\ndef make():\n    return None\n")
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest_e2b_env.catalog.hostfork", str(theirs.fileno())],
+        pass_fds=(theirs.fileno(),),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    theirs.close()
+    spec = {"spec": "slowsubject:make", "kind": "reward", "contract": None}
+    ours.sendall(json.dumps({"op": "preload", "subject": spec}).encode())
+    ours.close()  # gone before the import is done
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr.decode()
+    assert b"Traceback" not in stderr, stderr.decode()
