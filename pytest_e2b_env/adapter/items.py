@@ -220,7 +220,7 @@ class Runtime:
             if isinstance(item, CaseItem) and mode in item.case.modes
         ]
         width = min(self.settings.lanes, len(cases))
-        if width < 2:
+        if width < 2 or self._failure is not None:  # this process's target already failed to open
             return False
         if self.settings.live:  # the API is first asked here: unreachable, the first case says so
             try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -89,3 +90,31 @@ def test_lane_targets_open_at_session_start_unless_the_selection_is_narrowed(
     result = pytester.runpytest("--e2b-lanes", "3", "--e2b-evidence", "ev", *args)
     result.assert_outcomes(passed=4 if not args else 2)
     assert (pytester.path / "preopened.txt").read_text() == preopened
+
+
+REFUSE_EMULATOR = """
+import sys
+if "emulator" in sys.orig_argv and "pytest_e2b_env.cli" in sys.orig_argv:
+    sys.stderr.write("this emulator refuses to start\\n")
+    raise SystemExit(7)
+"""
+
+
+def test_targets_that_cannot_start_stop_the_run_at_its_first_case(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No emulator starts (the session's own, opening in the background, nor the lanes'): the
+    first case is an error naming why, nothing else runs, the bundle lists it, no traceback."""
+    write_project(pytester)
+    (pytester.path / "mycases" / "reward.toml").write_text(
+        CASES + CASES.replace('id = "reward-tiny-', 'id = "reward-tiny2-')
+    )
+    site = pytester.mkdir("site")
+    (site / "sitecustomize.py").write_text(REFUSE_EMULATOR)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    result = pytester.runpytest_subprocess(
+        "--e2b-lanes", "3", "--e2b-evidence", "ev", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*the offline target did not start*exited with 1*"])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
