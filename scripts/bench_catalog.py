@@ -204,8 +204,12 @@ def _fresh(directory: Path, keep_cache: bool = False) -> Path:
     """``directory``, empty but for pytest's cache when ``keep_cache`` (the bundles go)."""
     directory.mkdir(parents=True, exist_ok=True)
     for entry in directory.iterdir():
-        if not (keep_cache and entry.name == ".pytest_cache"):
-            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        if keep_cache and entry.name == ".pytest_cache":
+            continue
+        if entry.is_dir():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
     return directory
 
 

@@ -13,10 +13,12 @@ ignored, never an error.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 import pytest
+
+T = TypeVar("T")
 
 #: The cache key (pytest keeps it under .pytest_cache/v/).
 KEY = "pytest_e2b_env/case_seconds"
@@ -58,9 +60,7 @@ def save(config: pytest.Config, measured: Iterable[tuple[str, float]]) -> None:
     cache.set(KEY, dict(list(merged.items())[:MAX_ENTRIES]))
 
 
-def longest_first(keys: list[str], seconds: dict[str, float]) -> list[str]:
-    """``keys`` by last time, longest first; never-seen ones first of all, in their own order.
-
-    An unknown case may be long: started early it can only help the end of the run.
-    """
-    return sorted(keys, key=lambda key: -seconds.get(key, math.inf))
+def longest_first(items: Iterable[T], seconds: dict[str, float], key: Callable[[T], str]) -> list[T]:
+    """``items`` by the last time of ``key(item)``, longest first; never-seen ones first of all,
+    in their own order. An unknown case may be long: started early it can only help the end."""
+    return sorted(items, key=lambda item: -seconds.get(key(item), math.inf))

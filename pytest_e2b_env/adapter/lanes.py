@@ -213,8 +213,7 @@ class Lanes:
         self.settings = settings
         self._open_target = open_target  # () -> Target, the same settings as the process's own
         self._queues: dict[str, collections.deque[tuple[str, Case, Subject]]] = {}
-        rank = {key: n for n, key in enumerate(longest_first([c[0] for c in cases], seconds or {}))}
-        for item in sorted(cases, key=lambda c: rank[c[0]]):
+        for item in longest_first(cases, seconds or {}, key=lambda c: c[0]):
             self._queues.setdefault(item[1].subject, collections.deque()).append(item)
         self.kinds = share_lanes({k: len(q) for k, q in self._queues.items()}, width)
         self.width = len(self.kinds)

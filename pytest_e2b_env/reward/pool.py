@@ -80,6 +80,12 @@ def _failure_kind(exc: BaseException) -> str:
     return "sandbox_error"
 
 
+def _raise_unless_transient(exc: Exception, what: str) -> None:
+    """A failed command: a transient fault is retried on a fresh worker, any other is fatal."""
+    if not is_transient(exc):
+        raise InfrastructureError(f"{what}: {describe(exc)} (not retried)") from exc
+
+
 class RewardPool:
     """A pool of worker sandboxes scoring generated programs for TRL (``reward_funcs=pool.code_reward``)."""
 
@@ -519,14 +525,10 @@ class RewardPool:
         except InfrastructureError:
             raise
         except Exception as exc:
-            if not is_transient(exc):
-                first, last = part[0][0], part[-1][0]
-                raise InfrastructureError(
-                    f"candidates {first}-{last}: {describe(exc)} (not retried)"
-                ) from exc
-            lost = exc
+            _raise_unless_transient(exc, f"candidates {part[0][0]}-{part[-1][0]}")
             keep = None
             await self._discard(worker)
+            lost = exc
             self._counters.retries += len(part)
         finally:
             self._give_back(keep)
@@ -567,8 +569,7 @@ class RewardPool:
             except InfrastructureError:
                 raise
             except Exception as exc:
-                if not is_transient(exc):
-                    raise InfrastructureError(f"candidate {index}: {describe(exc)} (not retried)") from exc
+                _raise_unless_transient(exc, f"candidate {index}")
                 record.errors.append(describe(exc))
                 keep = None
                 await self._discard(worker)
