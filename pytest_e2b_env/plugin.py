@@ -312,8 +312,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     # an xdist worker learns its items one at a time: its cases run one by one
     if not hasattr(config, "workerinput"):
         from pytest_e2b_env.adapter import durations
+        from pytest_e2b_env.adapter.items import CaseItem
 
-        if runtime.start_lanes(session.items, durations.load(config)):
+        cases = [(item.nodeid, item.case) for item in session.items if isinstance(item, CaseItem)]
+        if runtime.start_lanes(session.items, durations.estimates(config, cases)):
             return
     if runtime.target_if_open is not None:
         runtime.warm_up(session.items)

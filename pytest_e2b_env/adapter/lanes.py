@@ -90,6 +90,15 @@ def _quietly(release: Any) -> None:
         release()
 
 
+def _all_at_once(releases: list[Any]) -> None:
+    """Call each of ``releases`` in its own thread and wait for all: each mostly waits."""
+    threads = [threading.Thread(target=_quietly, args=(r,), daemon=True) for r in releases]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=900)
+
+
 class PreOpened:
     """Lane targets opened in background threads at session start, while pytest still collects.
 
@@ -192,8 +201,9 @@ def share_lanes(counts: dict[str, int], width: int) -> list[str]:
 class Lanes:
     """``width`` lanes working through ``cases`` ((node id, case, subject)), longest first.
 
-    ``seconds`` is how long each case took last time (:mod:`~pytest_e2b_env.adapter.durations`);
-    without it the lanes go in catalog order.
+    ``seconds`` is how long each case is expected to take: its time last run, else its catalog's
+    reference time (:func:`~pytest_e2b_env.adapter.durations.estimates`); cases without one go
+    first, in catalog order.
 
     Each lane serves one subject kind (:func:`share_lanes`); once its kind has nothing left it
     helps the kind with most cases left, when that kind's hosts are forked (cheap to start) or
@@ -277,14 +287,10 @@ class Lanes:
             thread.join(timeout=900)
         # Each lane releases its own hosts and target, all at once: an episode host's stop closes
         # its OpenEnv server (seconds, its sessions releasing their sandboxes), one per lane.
-        releases = [threading.Thread(target=_quietly, args=(c,), daemon=True) for c in self._closers]
-        for thread in releases:
-            thread.start()
-        for thread in releases:
-            thread.join(timeout=900)
+        _all_at_once(list(self._closers))
         self._closers.clear()
-        for template in self._templates.values():  # after the hosts forked from them
-            template.close()
+        # After the hosts forked from them (a host's exit status comes from its template).
+        _all_at_once([template.close for template in self._templates.values()])
         self._templates.clear()
 
     def _forks(self, kind: str) -> bool:
