@@ -266,7 +266,10 @@ class Runtime:
     def _release_own(self, problems: list[str]) -> None:
         hosts, self._hosts = list(self._hosts.values()), {}
         for host in hosts:  # first, while the target still answers: hosts release what they hold
-            host.close()
+            try:
+                host.close()
+            except Exception as exc:  # the others, the sweep and the target still go
+                problems.append(f"stopping a case host failed: {type(exc).__name__}: {str(exc)[:200]}")
         if self._target is not None:
             target, self._target = self._target, None
             server = sys.modules.get("pytest_e2b_env.episode.server")

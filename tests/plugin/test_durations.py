@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from pytest_e2b_env.catalog.model import Case
 
 
 def test_case_times_merge_over_earlier_runs_and_stay_bounded(pytester: pytest.Pytester) -> None:
@@ -39,7 +44,7 @@ def test_without_a_cache_nothing_is_kept_and_the_order_is_the_catalog(pytester: 
     assert durations.longest_first(["x", "y", "z"], {"x": 1.0, "z": 2.0}, key=str) == ["y", "z", "x"]
 
 
-def _two_directories(tmp_path):  # type: ignore[no-untyped-def]
+def _two_directories(tmp_path: Path) -> list[list[Case]]:
     """The bundled good.toml copied into two directories: the same ids, other source files."""
     from pytest_e2b_env.catalog.loader import parse_cases
     from pytest_e2b_env.data import cases_dir
@@ -54,8 +59,8 @@ def _two_directories(tmp_path):  # type: ignore[no-untyped-def]
 
 
 def test_reference_times_come_from_the_cases_own_directory_and_the_cache_wins(
-    pytester: pytest.Pytester, tmp_path
-) -> None:  # type: ignore[no-untyped-def]
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
     """A case directory's seconds.json orders its own cases only; junk entries, a file that is
     not JSON or is too large are ignored; this project's cached time beats the reference."""
     from pytest_e2b_env.adapter import durations

@@ -118,3 +118,27 @@ def test_targets_that_cannot_start_stop_the_run_at_its_first_case(
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*the offline target did not start*exited with 1*"])
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+def test_a_host_that_fails_to_stop_is_a_problem_and_the_target_still_closes(tmp_path: Any) -> None:
+    """Runtime.close releases this process's side in a thread: a failing host is named in the
+    run's problems (not lost with the thread), and the sweep and the target's stop still happen."""
+    from pytest_e2b_env.adapter.items import Runtime
+    from pytest_e2b_env.adapter.settings import Settings
+
+    class Stuck:
+        def close(self) -> None:
+            raise OSError("host pipe gone")
+
+    run_id = new_run_id()
+    runtime = Runtime(Settings(False, tmp_path, [], None, None, [], run_id))
+    target = open_target(TargetSettings(run_id=run_id))
+    try:
+        runtime._target = target
+        runtime._hosts = {"reward": Stuck()}  # type: ignore[dict-item]
+        runtime.close()
+        assert runtime.problems == ["stopping a case host failed: OSError: host pipe gone"]
+        with pytest.raises(EmulatorError):  # swept and stopped all the same
+            target.ledger_mark()
+    finally:
+        target.close()
