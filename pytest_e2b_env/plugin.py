@@ -222,7 +222,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     from pytest_e2b_env.adapter.items import catalog_wanted
 
     if runtime.settings.live and not hasattr(config, "workerinput"):
-        from pytest_e2b_env.target import stale_run_lines
+        from pytest_e2b_env.targets.reap import stale_run_lines
 
         runtime.stale_runs = stale_run_lines(runtime.settings.run_id)
     eager = not (_is_dist_controller(config) or runtime.settings.live or config.option.collectonly)

@@ -15,7 +15,7 @@ import pytest
 
 if TYPE_CHECKING:
     from pytest_e2b_env.catalog.model import Case
-    from pytest_e2b_env.target import Target
+    from pytest_e2b_env.targets import Target
 
 DEFAULT_LIFETIME = 300
 REFERENCE_REWARD = "pytest_e2b_env.reward:reward_subject"
@@ -61,7 +61,7 @@ def sandbox_factory(e2b_target: Target) -> Iterator[Callable[..., Any]]:
     """
     from e2b import Sandbox
 
-    from pytest_e2b_env.target.tags import tags
+    from pytest_e2b_env.targets.tags import tags
 
     mark = e2b_target.ledger_mark()
 

@@ -21,8 +21,8 @@ from pytest_e2b_env.catalog.loader import CaseLoadError, load_cases
 from pytest_e2b_env.catalog.model import Case
 from pytest_e2b_env.catalog.record import CaseRecord
 from pytest_e2b_env.errors import ConfigError, InfrastructureError
-from pytest_e2b_env.target import Target, open_target
-from pytest_e2b_env.target.settings import TargetSettings
+from pytest_e2b_env.settings import TargetSettings
+from pytest_e2b_env.targets import Target, open_target
 
 if TYPE_CHECKING:
     from pytest_e2b_env.adapter.lanes import Lanes, PreOpened

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pytest_e2b_env.catalog.host import CaseHost
     from pytest_e2b_env.catalog.hostfork import HostTemplate
     from pytest_e2b_env.catalog.model import Case
-    from pytest_e2b_env.target import Target
+    from pytest_e2b_env.targets import Target
 
 #: How long a lane may take to open its target before it is given up (its cases go to the others).
 OPEN_TIMEOUT = 120.0

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from pytest_e2b_env.adapter.inifile import file_keys
-from pytest_e2b_env.target.settings import env_api_key, env_step_summary, new_run_id
+from pytest_e2b_env.settings import env_api_key, env_step_summary, new_run_id
 
 _SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _TOOL = re.compile(r"^[A-Za-z_]\w*$")

@@ -23,8 +23,8 @@ from pytest_e2b_env.catalog.contract import LIMIT_KEYS, Contract
 from pytest_e2b_env.catalog.loader import resolve_path
 from pytest_e2b_env.catalog.model import Case, Step
 from pytest_e2b_env.catalog.observe import Call, Observation, exception_info
-from pytest_e2b_env.target import Target
-from pytest_e2b_env.target.tags import created_ids
+from pytest_e2b_env.targets import Target
+from pytest_e2b_env.targets.tags import created_ids
 from pytest_e2b_env.toolsurface import tool_names
 
 #: A full collection slower than this means many long-lived objects (openenv imports gradio:

@@ -19,8 +19,8 @@ from pytest_e2b_env.catalog.loader import CaseLoadError, resolve_path
 from pytest_e2b_env.catalog.model import Case, Completion
 from pytest_e2b_env.catalog.observe import Call, Observation, exception_info
 from pytest_e2b_env.errors import ConfigError
-from pytest_e2b_env.target import Target
-from pytest_e2b_env.target.tags import created_ids, used_ids
+from pytest_e2b_env.targets import Target
+from pytest_e2b_env.targets.tags import created_ids, used_ids
 
 CALL_TIMEOUT = 120.0
 #: How long the subject's tasks a cancellation cut loose may take to end (their ``finally`` kills).

@@ -33,7 +33,8 @@ from pytest_e2b_env.catalog.model import Case
 from pytest_e2b_env.catalog.record import CaseRecord
 from pytest_e2b_env.catalog.runner import run_case
 from pytest_e2b_env.emulator import Emulator
-from pytest_e2b_env.target import Target, TargetSettings
+from pytest_e2b_env.settings import TargetSettings
+from pytest_e2b_env.targets import Target
 
 #: A case (including every retry and deadline inside it) that takes longer than this is stopped.
 CASE_TIMEOUT = 900.0

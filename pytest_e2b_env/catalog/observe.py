@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_e2b_env.target.tags import created_ids
+from pytest_e2b_env.targets.tags import created_ids
 
 MESSAGE_LIMIT = 600
 VALUE_LIMIT = 2000

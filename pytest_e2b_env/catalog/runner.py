@@ -23,8 +23,8 @@ from pytest_e2b_env.catalog.observe import Observation, exception_info, scrub
 from pytest_e2b_env.catalog.record import CaseRecord
 from pytest_e2b_env.catalog.verdict import judge
 from pytest_e2b_env.evidence.records import criterion
-from pytest_e2b_env.target import Target
-from pytest_e2b_env.target.tags import created_ids, used_ids
+from pytest_e2b_env.targets import Target
+from pytest_e2b_env.targets.tags import created_ids, used_ids
 
 #: Families whose candidates or scripts attack the sandbox: below the namespaces isolation level
 #: they would run on the host itself, so they are skipped with the level's reason instead.

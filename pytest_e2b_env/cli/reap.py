@@ -12,8 +12,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_e2b_env.target.reap import describe_stale_runs, find_stale_runs, reap
-from pytest_e2b_env.target.settings import TargetSettings
+from pytest_e2b_env.settings import TargetSettings
+from pytest_e2b_env.targets.reap import describe_stale_runs, find_stale_runs, reap
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -14,7 +14,7 @@ from typing import Any
 
 from pytest_e2b_env.errors import ConfigError, MissingExtraError
 from pytest_e2b_env.extras import require
-from pytest_e2b_env.target.settings import DEFAULT_CREATE_INTERVAL, env_api_key
+from pytest_e2b_env.settings import DEFAULT_CREATE_INTERVAL, env_api_key
 from pytest_e2b_env.training.settings import MODES, PROG, TINY_COMPLETION, TrainSettings
 
 

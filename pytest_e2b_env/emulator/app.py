@@ -26,11 +26,11 @@ from pytest_e2b_env.emulator.envd_process import ProcessService
 from pytest_e2b_env.emulator.interpreter import JUPYTER_PORT, InterpreterService
 from pytest_e2b_env.emulator.limits import Limits
 from pytest_e2b_env.emulator.sandboxes import Registry
-from pytest_e2b_env.target.backend import fault_rule_message
-from pytest_e2b_env.target.wire import routes
-from pytest_e2b_env.target.wire.answers import answer, error
-from pytest_e2b_env.target.wire.control import ControlEndpoint
-from pytest_e2b_env.target.wire.faults import (
+from pytest_e2b_env.targets.backend import fault_rule_message
+from pytest_e2b_env.wire import routes
+from pytest_e2b_env.wire.answers import answer, error
+from pytest_e2b_env.wire.control import ControlEndpoint
+from pytest_e2b_env.wire.faults import (
     BodyTooLarge,
     FaultMiddleware,
     FaultPlan,
@@ -41,8 +41,8 @@ from pytest_e2b_env.target.wire.faults import (
     read_body,
     send_answer,
 )
-from pytest_e2b_env.target.wire.ledger import Ledger
-from pytest_e2b_env.target.wire.recording import (
+from pytest_e2b_env.wire.ledger import Ledger
+from pytest_e2b_env.wire.recording import (
     SCOPE_INTERNET,
     SCOPE_METADATA,
     SCOPE_SANDBOX,

@@ -17,8 +17,8 @@ from urllib.parse import parse_qsl, unquote_plus
 
 from pytest_e2b_env.emulator.limits import Limits
 from pytest_e2b_env.emulator.sandboxes import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, Registry, Sandbox
-from pytest_e2b_env.target.wire.answers import Answer, answer, error
-from pytest_e2b_env.target.wire.jsonin import JSONTooDeep, loads_bounded
+from pytest_e2b_env.wire.answers import Answer, answer, error
+from pytest_e2b_env.wire.jsonin import JSONTooDeep, loads_bounded
 
 LIST_LIMIT_MAX = 100
 

@@ -26,7 +26,7 @@ from pytest_e2b_env.emulator.envd_process import check_user, home_of, user_of
 from pytest_e2b_env.emulator.limits import Limits
 from pytest_e2b_env.emulator.sandboxes import Registry, Sandbox
 from pytest_e2b_env.errors import InfrastructureError
-from pytest_e2b_env.target.wire.faults import BodyTooLarge
+from pytest_e2b_env.wire.faults import BodyTooLarge
 
 T = TypeVar("T")
 

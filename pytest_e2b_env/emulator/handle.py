@@ -24,14 +24,14 @@ from typing import Any
 
 from pytest_e2b_env.emulator.limits import Limits
 from pytest_e2b_env.errors import EmulatorError, FaultRuleError
-from pytest_e2b_env.target.settings import emulator_child_env, parse_sdk_env, sdk_env
-from pytest_e2b_env.target.wire import CONTROL_HEADER
+from pytest_e2b_env.settings import emulator_child_env, parse_sdk_env, sdk_env
+from pytest_e2b_env.wire import CONTROL_HEADER
 
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 
 
 class Faults:
-    """Fault rules of one emulator (see ``pytest_e2b_env.target.wire.faults.FaultRule``)."""
+    """Fault rules of one emulator (see ``pytest_e2b_env.wire.faults.FaultRule``)."""
 
     def __init__(self, emulator: Emulator) -> None:
         self._emulator = emulator

@@ -54,7 +54,7 @@ def _die_with_parent() -> None:
     import os
     import signal
 
-    from pytest_e2b_env.target.settings import emulator_owner
+    from pytest_e2b_env.settings import emulator_owner
 
     pr_set_pdeathsig = 1
     libc = ctypes.CDLL(None, use_errno=True)
@@ -84,6 +84,6 @@ def serve_forever(
 
     envd_stubs.load()  # before the server imports them: skips ~2 s of SDK import
     from pytest_e2b_env.emulator.server import load_backend, serve
-    from pytest_e2b_env.target.settings import emulator_key
+    from pytest_e2b_env.settings import emulator_key
 
     serve(sock, load_backend(isolation, limits), emulator_key() or new_api_key(), limits=limits)

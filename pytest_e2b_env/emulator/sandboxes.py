@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pytest_e2b_env.target.wire.ledger import Ledger
+from pytest_e2b_env.wire.ledger import Ledger
 
 if TYPE_CHECKING:
     from pytest_e2b_env.emulator.isolation.api import Backend, Box

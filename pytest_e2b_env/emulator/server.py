@@ -17,7 +17,7 @@ from pytest_e2b_env.emulator.app import EmulatorApp
 from pytest_e2b_env.emulator.connections import bounded_protocol, connection_limits, raise_open_files_limit
 from pytest_e2b_env.emulator.limits import Limits
 from pytest_e2b_env.errors import EmulatorError
-from pytest_e2b_env.target.settings import sdk_env
+from pytest_e2b_env.settings import sdk_env
 
 if TYPE_CHECKING:
     from pytest_e2b_env.emulator.isolation.api import Backend

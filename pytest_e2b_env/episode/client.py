@@ -18,7 +18,7 @@ from typing import Any, ClassVar, NoReturn
 
 from pytest_e2b_env.errors import CleanupError, ConfigError, E2BEnvError, InfrastructureError
 from pytest_e2b_env.masking import DEFAULT_MASK_BUDGET, DEFAULT_MASK_CONSECUTIVE, MaskBudget, check_policy
-from pytest_e2b_env.target.settings import openenv_url
+from pytest_e2b_env.settings import openenv_url
 
 #: Seconds the client waits for any one server reply; the server enforces the task deadlines.
 MESSAGE_TIMEOUT = 900.0

@@ -28,7 +28,7 @@ from pytest_e2b_env.episode.sandboxes import confirm_gone, create_sandbox, run_b
 from pytest_e2b_env.episode.task import parse_task, task_prompt
 from pytest_e2b_env.episode.verify import Submission
 from pytest_e2b_env.errors import CleanupError, ConfigError
-from pytest_e2b_env.target.settings import TargetSettings
+from pytest_e2b_env.settings import TargetSettings
 
 #: Bytes of command output the policy sees per terminal call.
 OUTPUT_BYTES = 16384

@@ -12,7 +12,7 @@ from typing import Any
 from pytest_e2b_env.episode.sandboxes import CommandOutcome
 from pytest_e2b_env.episode.task import RepairTask
 from pytest_e2b_env.errors import CleanupError, E2BEnvError
-from pytest_e2b_env.target.tags import utc_now
+from pytest_e2b_env.targets.tags import utc_now
 
 #: Phases after which the episode accepts no tool call.
 CLOSED = frozenset({"submitted", "expired", "finished", "failed", "verifying"})

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_e2b_env.errors import CleanupError
-from pytest_e2b_env.target.settings import TargetSettings
-from pytest_e2b_env.target.tags import (
+from pytest_e2b_env.settings import TargetSettings
+from pytest_e2b_env.targets.tags import (
     EPISODE_KEY,
     RUN_KEY,
     kill_and_confirm,

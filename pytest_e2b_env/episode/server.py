@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pytest_e2b_env.errors import ConfigError, InfrastructureError
-from pytest_e2b_env.target.settings import ENV_OPENENV_URL, TargetSettings
+from pytest_e2b_env.settings import ENV_OPENENV_URL, TargetSettings
 
 #: Default bound on concurrent episode sessions (one per TRL rollout in flight).
 MAX_SESSIONS = 16

@@ -18,8 +18,8 @@ from pytest_e2b_env.episode.sandboxes import sweep
 from pytest_e2b_env.episode.server import LoopbackServer, create_app
 from pytest_e2b_env.episode.task import load_repair, task_row
 from pytest_e2b_env.errors import ConfigError
-from pytest_e2b_env.target import open_target
-from pytest_e2b_env.target.settings import TargetSettings, env_run_id
+from pytest_e2b_env.settings import TargetSettings, env_run_id
+from pytest_e2b_env.targets import open_target
 
 TASK = "weekly-sales"
 

@@ -22,7 +22,7 @@ from pytest_e2b_env.episode.sandboxes import (
 )
 from pytest_e2b_env.episode.task import grade_output
 from pytest_e2b_env.errors import InfrastructureError
-from pytest_e2b_env.target.settings import TargetSettings
+from pytest_e2b_env.settings import TargetSettings
 
 #: Bytes of verifier stdout graded at most (a longer output scores 0).
 VERIFY_OUTPUT_BYTES = 65536

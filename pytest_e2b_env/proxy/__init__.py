@@ -23,13 +23,13 @@ from pytest_e2b_env.errors import ConfigError, FaultRuleError, InfrastructureErr
 from pytest_e2b_env.proxy.forward import Forwarder
 from pytest_e2b_env.proxy.routing import domain_of_api_url
 from pytest_e2b_env.proxy.serve import ThreadedServer
-from pytest_e2b_env.target.backend import fault_rule_message
-from pytest_e2b_env.target.settings import DEFAULT_DOMAIN, env_api_key, live_upstream, sdk_env
-from pytest_e2b_env.target.wire.control import ControlEndpoint
-from pytest_e2b_env.target.wire.faults import FaultMiddleware, FaultPlan, FaultRule
-from pytest_e2b_env.target.wire.ledger import Ledger
-from pytest_e2b_env.target.wire.recording import RecordingMiddleware
-from pytest_e2b_env.target.wire.routes import is_stream, route_of
+from pytest_e2b_env.settings import DEFAULT_DOMAIN, env_api_key, live_upstream, sdk_env
+from pytest_e2b_env.targets.backend import fault_rule_message
+from pytest_e2b_env.wire.control import ControlEndpoint
+from pytest_e2b_env.wire.faults import FaultMiddleware, FaultPlan, FaultRule
+from pytest_e2b_env.wire.ledger import Ledger
+from pytest_e2b_env.wire.recording import RecordingMiddleware
+from pytest_e2b_env.wire.routes import is_stream, route_of
 
 __all__ = ["DEFAULT_DOMAIN", "FaultProxy", "ProxyFaults"]
 
@@ -122,7 +122,7 @@ class FaultProxy:
         port: int = 0,
     ) -> None:
         if upstream_api_url is None:
-            # Live default (never E2B_API_URL: see target.settings.live_upstream).
+            # Live default (never E2B_API_URL: see pytest_e2b_env.settings.live_upstream).
             upstream_api_url, fixed_sandbox_url = live_upstream()
             if upstream_sandbox_url is None:
                 upstream_sandbox_url = fixed_sandbox_url

@@ -48,7 +48,7 @@ from pytest_e2b_env.reward.workers import (
     is_transient,
     probe_source,
 )
-from pytest_e2b_env.target.settings import DEFAULT_CREATE_INTERVAL, env_run_id
+from pytest_e2b_env.settings import DEFAULT_CREATE_INTERVAL, env_run_id
 
 _POISON = "poison"  # queued when a background creation failed: every waiter raises the pool's failure
 #: The most candidates one command hands a worker (a TRL batch is split over the workers first).

@@ -12,9 +12,9 @@ import time
 from typing import Any
 
 from pytest_e2b_env.errors import ConfigError
-from pytest_e2b_env.target import open_target
-from pytest_e2b_env.target.settings import TargetSettings, env_run_id
-from pytest_e2b_env.target.tags import run_of
+from pytest_e2b_env.settings import TargetSettings, env_run_id
+from pytest_e2b_env.targets import open_target
+from pytest_e2b_env.targets.tags import run_of
 
 # Task "total-tokens" of fixtures/reward/tasks.json (inlined: fixtures are not package data).
 CASES = [

@@ -26,7 +26,8 @@ def reward_subject(**kwargs: Any) -> contextlib.AbstractAsyncContextManager[Rewa
     The e2b SDK reads its target from ``E2B_API_URL``/``E2B_SANDBOX_URL``/``E2B_API_KEY`` and the
     run id from ``PYTEST_E2B_ENV_RUN``, both set by the plugin. Keyword arguments go to
     :class:`RewardPool`; the catalog passes none, so it validates the pool ``train.py`` builds
-    (the same defaults, ``create_interval`` included: see ``target.settings.DEFAULT_CREATE_INTERVAL``).
+    (the same defaults, ``create_interval`` included: see
+    ``pytest_e2b_env.settings.DEFAULT_CREATE_INTERVAL``).
     """
     return _pool_context(**kwargs)
 

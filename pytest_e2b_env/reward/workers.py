@@ -36,7 +36,7 @@ from pytest_e2b_env.reward.protocol import (
     resource_text,
     run_command,
 )
-from pytest_e2b_env.target import tags as target_tags
+from pytest_e2b_env.targets import tags as target_tags
 
 ROLE = "reward-worker"
 

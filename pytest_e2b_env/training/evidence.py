@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_e2b_env.evidence.records import criterion
-from pytest_e2b_env.target.tags import created_entries
+from pytest_e2b_env.targets.tags import created_entries
 from pytest_e2b_env.training.record import RunRecord
 
 CASE_IDS = {

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_e2b_env.environ import scoped_environ
-from pytest_e2b_env.target import Target, open_target
-from pytest_e2b_env.target.settings import TargetSettings, env_api_key
+from pytest_e2b_env.settings import TargetSettings, env_api_key
+from pytest_e2b_env.targets import Target, open_target
 from pytest_e2b_env.training.record import RunRecord
 from pytest_e2b_env.training.settings import PROG, TrainSettings
 from pytest_e2b_env.training.timing import StageClock

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_e2b_env.data import fixtures_dir
 from pytest_e2b_env.errors import CleanupError, ConfigError, InfrastructureError
-from pytest_e2b_env.target.tags import RUN_KEY, list_ids
+from pytest_e2b_env.targets.tags import RUN_KEY, list_ids
 from pytest_e2b_env.toolsurface import tool_methods
 from pytest_e2b_env.training.timing import StageClock, timed, timed_env_class
 from pytest_e2b_env.training.tiny import Example
 
 if TYPE_CHECKING:
-    from pytest_e2b_env.target import Target
+    from pytest_e2b_env.targets import Target
 
 
 def live_sandboxes(target: Target) -> list[str]:

@@ -6,7 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from pytest_e2b_env.target import Target, TargetSettings, new_run_id, open_target
+from pytest_e2b_env.settings import TargetSettings, new_run_id
+from pytest_e2b_env.targets import Target, open_target
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from pytest_e2b_env.catalog.observe import Call, Observation
 from pytest_e2b_env.catalog.runner import run_case
 from pytest_e2b_env.catalog.verdict import _failed_kills, judge
 from pytest_e2b_env.errors import ConfigError
-from pytest_e2b_env.target import Target
+from pytest_e2b_env.targets import Target
 
 TESTS = [{"input": "1", "output": "1"}]
 TASK = {

@@ -11,7 +11,8 @@ from pytest_e2b_env.catalog.loader import load_cases
 from pytest_e2b_env.catalog.runner import run_case
 from pytest_e2b_env.data import cases_dir
 from pytest_e2b_env.emulator import Emulator
-from pytest_e2b_env.target import Target, TargetSettings, new_run_id
+from pytest_e2b_env.settings import TargetSettings, new_run_id
+from pytest_e2b_env.targets import Target
 
 SPECS = {"reward": "pytest_e2b_env.reward:reward_subject", "episode": "catalog_subjects:TinyEpisode"}
 

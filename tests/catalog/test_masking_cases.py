@@ -11,7 +11,7 @@ from pytest_e2b_env.catalog.contract import Subject, load_subject
 from pytest_e2b_env.catalog.loader import default_cases_dir, load_cases
 from pytest_e2b_env.catalog.runner import run_case
 from pytest_e2b_env.episode.client import MaskingReportEpisode, ReportEpisode
-from pytest_e2b_env.target import Target
+from pytest_e2b_env.targets import Target
 
 CASES = {case.id: case for case in load_cases([default_cases_dir()])}
 

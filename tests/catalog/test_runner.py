@@ -9,7 +9,7 @@ import pytest
 from pytest_e2b_env.catalog.contract import Subject, load_subject
 from pytest_e2b_env.catalog.loader import parse_cases_from_dicts
 from pytest_e2b_env.catalog.runner import run_case
-from pytest_e2b_env.target import Target
+from pytest_e2b_env.targets import Target
 
 TASK = {
     "id": "tiny",

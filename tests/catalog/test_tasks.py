@@ -17,7 +17,7 @@ from pytest_e2b_env.catalog.contract import Contract, Subject, load_subject
 from pytest_e2b_env.catalog.tasks import load_tasks
 from pytest_e2b_env.catalog.tasks.checks import CHECKS, TaskCheck, needles, run_check
 from pytest_e2b_env.errors import ConfigError
-from pytest_e2b_env.target import Target
+from pytest_e2b_env.targets import Target
 
 ROOT = Path(__file__).resolve().parents[2]
 BROKEN = ROOT / "fixtures" / "tasks"

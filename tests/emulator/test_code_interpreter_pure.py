@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_e2b_env.emulator.interpreter.outputs import convert, result_line
-from pytest_e2b_env.target.wire.ledger import op_for
-from pytest_e2b_env.target.wire.routes import route_of
+from pytest_e2b_env.wire.ledger import op_for
+from pytest_e2b_env.wire.routes import route_of
 
 
 def test_result_line_maps_mime_types_and_strips_one_quote_pair() -> None:

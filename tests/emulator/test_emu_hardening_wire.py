@@ -17,7 +17,7 @@ from e2b import Sandbox, SandboxQuery
 from pytest_e2b_env.emulator import Emulator
 from pytest_e2b_env.emulator.limits import Limits
 from pytest_e2b_env.errors import EmulatorError
-from pytest_e2b_env.target.wire.jsonin import JSONTooDeep, depth_of, loads_bounded
+from pytest_e2b_env.wire.jsonin import JSONTooDeep, depth_of, loads_bounded
 
 
 def rss_kib(pid: int | None) -> int:

@@ -9,9 +9,9 @@ from pydantic import ValidationError
 
 from pytest_e2b_env.emulator.control_plane import _decode_token, _encode_token
 from pytest_e2b_env.emulator.processes import end_event
-from pytest_e2b_env.target.wire.faults import FaultAnswer, FaultPlan, FaultRule
-from pytest_e2b_env.target.wire.ledger import Ledger, op_for
-from pytest_e2b_env.target.wire.routes import is_stream, route_of
+from pytest_e2b_env.wire.faults import FaultAnswer, FaultPlan, FaultRule
+from pytest_e2b_env.wire.ledger import Ledger, op_for
+from pytest_e2b_env.wire.routes import is_stream, route_of
 
 ids = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=20)
 

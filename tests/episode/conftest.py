@@ -14,8 +14,8 @@ import pytest
 from pytest_e2b_env.emulator import Emulator
 from pytest_e2b_env.episode.client import ReportEpisode
 from pytest_e2b_env.episode.server import LoopbackServer, create_app
-from pytest_e2b_env.target.settings import TargetSettings
-from pytest_e2b_env.target.tags import RUN_KEY
+from pytest_e2b_env.settings import TargetSettings
+from pytest_e2b_env.targets.tags import RUN_KEY
 
 
 @pytest.fixture(scope="session")

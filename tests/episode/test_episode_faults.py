@@ -12,7 +12,7 @@ from pytest_e2b_env.emulator import Emulator
 from pytest_e2b_env.episode.client import ReportEpisode
 from pytest_e2b_env.episode.task import load_repair
 from pytest_e2b_env.errors import CleanupError, InfrastructureError
-from pytest_e2b_env.target.settings import TargetSettings
+from pytest_e2b_env.settings import TargetSettings
 
 Factory = Callable[[], ReportEpisode]
 VERIFY_COMMAND = "python3 -B report.py"

@@ -17,8 +17,8 @@ from pytest_e2b_env.episode.client import ReportEpisode
 from pytest_e2b_env.episode.server import LoopbackServer, create_app
 from pytest_e2b_env.episode.task import load_repair
 from pytest_e2b_env.errors import InfrastructureError
-from pytest_e2b_env.target.settings import TargetSettings
-from pytest_e2b_env.target.tags import RUN_KEY
+from pytest_e2b_env.settings import TargetSettings
+from pytest_e2b_env.targets.tags import RUN_KEY
 
 Factory = Callable[[], ReportEpisode]
 HIDDEN_ANSWER = '{"north": 11, "south": 5}'

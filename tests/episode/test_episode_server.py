@@ -12,8 +12,8 @@ import pytest
 from pytest_e2b_env.emulator import Emulator
 from pytest_e2b_env.episode.client import ReportEpisode
 from pytest_e2b_env.episode.server import LoopbackServer
-from pytest_e2b_env.target.settings import TargetSettings
-from pytest_e2b_env.target.tags import RUN_KEY
+from pytest_e2b_env.settings import TargetSettings
+from pytest_e2b_env.targets.tags import RUN_KEY
 
 
 @pytest.mark.slow  # a second Python process importing openenv: 5-25 s on a shared 2-core machine

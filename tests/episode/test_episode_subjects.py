@@ -24,7 +24,7 @@ from pytest_e2b_env.episode.sandboxes import confirm_gone, sweep
 from pytest_e2b_env.episode.server import LoopbackServer
 from pytest_e2b_env.episode.task import load_repair
 from pytest_e2b_env.errors import E2BEnvError
-from pytest_e2b_env.target.settings import TargetSettings
+from pytest_e2b_env.settings import TargetSettings
 
 SUBJECTS = Path(__file__).resolve().parents[2] / "fixtures" / "subjects"
 FAMILIES = {

@@ -24,7 +24,7 @@ from pytest_e2b_env.episode.task import (
     task_row,
 )
 from pytest_e2b_env.errors import ConfigError
-from pytest_e2b_env.target.settings import TargetSettings
+from pytest_e2b_env.settings import TargetSettings
 
 keys = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=8)
 answers = st.dictionaries(keys, st.integers(-(10**12), 10**12), min_size=1, max_size=6)

@@ -2,127 +2,221 @@
 
 from __future__ import annotations
 
-import ast
+import sys
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[2] / "pytest_e2b_env"
+import pytest
+from import_graph import PACKAGE, Import, graph, modules, owner
+
 TOP = 99
 
-#: Module prefix -> layer, most specific prefix first. A module may import its own package and any
-#: lower layer; a same-layer import across packages (reward <-> episode, emulator <-> proxy) is a
-#: violation too. Keep this table and docs/architecture.md in step.
-LAYERS: list[tuple[str, int]] = [
-    ("pytest_e2b_env.errors", 0),
-    ("pytest_e2b_env.environ", 1),
-    ("pytest_e2b_env.toolsurface", 1),
-    ("pytest_e2b_env.data", 1),
-    ("pytest_e2b_env.extras", 1),
-    ("pytest_e2b_env.masking", 1),
-    ("pytest_e2b_env.target.settings", 1),
-    ("pytest_e2b_env.target.wire", 1),
-    ("pytest_e2b_env.target.tags", 2),
-    ("pytest_e2b_env.target.backend", 2),
-    ("pytest_e2b_env.emulator", 3),
-    ("pytest_e2b_env.proxy", 3),
-    ("pytest_e2b_env.target", 4),
-    ("pytest_e2b_env.evidence", 4),
-    ("pytest_e2b_env.target.reap", 5),
-    ("pytest_e2b_env.reward", 5),
-    ("pytest_e2b_env.episode", 5),
-    ("pytest_e2b_env.catalog", 6),
-    ("pytest_e2b_env.training", 7),
-    ("pytest_e2b_env.adapter", 7),
-    ("pytest_e2b_env.plugin", 8),
+#: Module prefix -> layer; the longest matching prefix decides. A module may import its own prefix
+#: and any lower layer; an import of a higher layer is a violation, inside one package too
+#: (``targets.tags`` may not import ``targets.handle``), and so is a same-layer import across
+#: prefixes (reward <-> episode, emulator <-> proxy). Keep this table and docs/architecture.md in step.
+LAYERS: dict[str, int] = {
+    "pytest_e2b_env.errors": 0,
+    "pytest_e2b_env.standalone": 0,
+    "pytest_e2b_env.settings": 1,
+    "pytest_e2b_env.wire": 1,
+    "pytest_e2b_env.data": 1,
+    "pytest_e2b_env.extras": 1,
+    "pytest_e2b_env.environ": 1,
+    "pytest_e2b_env.toolsurface": 1,
+    "pytest_e2b_env.masking": 1,
+    "pytest_e2b_env.targets.backend": 2,
+    "pytest_e2b_env.targets.tags": 2,
+    "pytest_e2b_env.targets.reap": 3,
+    "pytest_e2b_env.emulator": 3,
+    "pytest_e2b_env.proxy": 3,
+    "pytest_e2b_env.targets": 4,
+    "pytest_e2b_env.evidence": 4,
+    "pytest_e2b_env.reward": 5,
+    "pytest_e2b_env.episode": 5,
+    "pytest_e2b_env.catalog": 6,
+    "pytest_e2b_env.adapter": 7,
+    "pytest_e2b_env.training": 7,
+    "pytest_e2b_env.plugin": 8,
     # The top: entry points and the facade may import anything.
-    ("pytest_e2b_env.cli", TOP),
-    ("pytest_e2b_env.__main__", TOP),
-    ("pytest_e2b_env", TOP),
-]
-#: Modules that run where pytest is not the host (the engine, the subjects, the backends).
-NO_PYTEST = (
-    "pytest_e2b_env.catalog",
-    "pytest_e2b_env.reward",
-    "pytest_e2b_env.episode",
-    "pytest_e2b_env.emulator",
-    "pytest_e2b_env.proxy",
-    "pytest_e2b_env.target",
-    "pytest_e2b_env.evidence",
-    "pytest_e2b_env.training",
-)
+    "pytest_e2b_env.cli": TOP,
+    "pytest_e2b_env.__main__": TOP,
+    "pytest_e2b_env": TOP,
+}
+#: Only these (under the package) may import pytest: everything else runs where pytest is not the host.
+PYTEST_ALLOWED = ("plugin", "adapter", "cli")
+#: Code that runs inside sandboxes or under ``python -S`` (under the package): the standard library
+#: and itself only.
+STANDALONE = "standalone"
 
 
-def _module(path: Path, package: Path) -> str:
-    rel = path.relative_to(package.parent).with_suffix("")
-    parts = list(rel.parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def _layer(name: str) -> tuple[str, int] | None:
-    for prefix, layer in LAYERS:
+def _layer(name: str, layers: dict[str, int]) -> tuple[str, int] | None:
+    for prefix in sorted(layers, key=len, reverse=True):
         if name == prefix or name.startswith(prefix + "."):
-            return prefix, layer
+            return prefix, layers[prefix]
     return None
 
 
-def _package(name: str) -> str:
-    return ".".join(name.split(".")[:2])
+def _within(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
-def _imports(path: Path, module: str) -> list[tuple[int, str]]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    found: list[tuple[int, str]] = []
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - (node.level - 1)]
-                name = ".".join([*base, node.module] if node.module else base)
-            else:
-                name = node.module or ""
-            found.append((node.lineno, name))
-    return found
+def violations(package: Path = PACKAGE, layers: dict[str, int] = LAYERS) -> list[str]:
+    """Every import that breaks a rule, as ``module:line what``."""
+    edges = graph(package)
+    known = modules(package)
+    out: list[str] = []
+    for module, imports in edges.items():
+        mine = _layer(module, layers)
+        if mine is None:
+            out.append(f"{module} has no layer in LAYERS")
+            continue
+        for imp in imports:
+            out += _check(module, mine, imp, known, layers)
+    return sorted(out)
 
 
-def _violations(package: Path = PACKAGE) -> list[str]:
-    out = []
-    for path in sorted(package.rglob("*.py")):
-        module = _module(path, package)
-        mine = _layer(module)
-        assert mine is not None, f"{module} has no layer in LAYERS"
-        for line, name in _imports(path, module):
-            if name.split(".")[0] == "pytest" and module.startswith(NO_PYTEST):
-                out.append(f"{module}:{line} imports pytest (only plugin.py and adapter/ may)")
-            if not name.startswith("pytest_e2b_env"):
-                continue
-            theirs = _layer(name)
-            if theirs is None or _package(name) == _package(module) or mine[1] == TOP:
-                continue
-            if theirs[1] > mine[1] or (theirs[1] == mine[1] and theirs[0] != mine[0]):
-                out.append(f"{module}:{line} imports {name} (layer {theirs[1]} over {mine[1]})")
-    return out
+def _check(
+    module: str, mine: tuple[str, int], imp: Import, known: dict[str, Path], layers: dict[str, int]
+) -> list[str]:
+    where = f"{module}:{imp.line}"
+    top = imp.target.split(".")[0]
+    package = module.split(".")[0]
+    if _within(module, (f"{package}.{STANDALONE}",)):
+        if top == package and not _within(imp.target, (f"{package}.{STANDALONE}",)):
+            return [f"{where} imports {imp.target} (standalone code imports only itself and the stdlib)"]
+        if top != package and top not in sys.stdlib_module_names:
+            return [f"{where} imports {imp.target} (standalone code imports only the standard library)"]
+        return []
+    if top == "pytest" and not _within(module, tuple(f"{package}.{name}" for name in PYTEST_ALLOWED)):
+        return [f"{where} imports pytest (only plugin.py, adapter/ and cli/ may)"]
+    landed = owner(imp.target, known)
+    if landed is None or mine[1] == TOP:
+        return []
+    theirs = _layer(landed, layers)
+    if theirs is None or theirs[0] == mine[0]:
+        return []
+    if theirs[1] > mine[1]:
+        return [f"{where} imports {landed} (layer {theirs[1]} over {mine[1]})"]
+    if theirs[1] == mine[1]:
+        return [f"{where} imports {landed} (sideways: {theirs[0]} is layer {mine[1]} too)"]
+    return []
 
 
-def test_no_upward_import() -> None:
-    """Every import inside the package points to a lower layer or the module's own package."""
-    assert _violations() == []
+def test_no_import_breaks_a_layer_rule() -> None:
+    """Every import inside the package points to a lower layer or the module's own prefix."""
+    assert violations() == []
 
 
-def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
-    """The checker flags an emulator module importing the catalog, and pytest in the engine (it can fail)."""
-    package = tmp_path / "pytest_e2b_env"
-    (package / "emulator").mkdir(parents=True)
-    (package / "catalog").mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "emulator" / "probe.py").write_text("from pytest_e2b_env.catalog import runner\n")
-    (package / "catalog" / "probe.py").write_text("def f():\n    import pytest\n")
-    assert _violations(package) == [
-        "pytest_e2b_env.catalog.probe:2 imports pytest (only plugin.py and adapter/ may)",
-        "pytest_e2b_env.emulator.probe:1 imports pytest_e2b_env.catalog (layer 6 over 3)",
+# ---------------------------------------------------------------------- the checker can fail
+PROBE_LAYERS = {
+    "probe.standalone": 0,
+    "probe.low": 1,
+    "probe.pkg.base": 2,
+    "probe.pkg": 4,
+    "probe.left": 3,
+    "probe.right": 3,
+    "probe.engine": 6,
+    "probe.plugin": 8,
+    "probe": TOP,
+}
+
+
+def _probe(tmp_path: Path, files: dict[str, str]) -> list[str]:
+    package = tmp_path / "probe"
+    for rel in ["__init__.py", "low.py", "left.py", "right.py", "engine.py", "plugin.py"]:
+        (package / rel).parent.mkdir(parents=True, exist_ok=True)
+        (package / rel).touch()
+    for rel in [
+        "pkg/__init__.py",
+        "pkg/base.py",
+        "pkg/handle.py",
+        "standalone/__init__.py",
+        "standalone/a.py",
+    ]:
+        (package / rel).parent.mkdir(parents=True, exist_ok=True)
+        (package / rel).touch()
+    for rel, text in files.items():
+        (package / rel).parent.mkdir(parents=True, exist_ok=True)
+        (package / rel).write_text(text)
+    return violations(package, PROBE_LAYERS)
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        pytest.param(
+            {"low.py": "from probe import engine\n"},
+            ["probe.low:1 imports probe.engine (layer 6 over 1)"],
+            id="upward",
+        ),
+        pytest.param(
+            {"low.py": "def f():\n    from probe.engine import run\n"},
+            ["probe.low:2 imports probe.engine (layer 6 over 1)"],
+            id="upward-lazy",
+        ),
+        pytest.param(
+            {"pkg/base.py": "from .handle import open_it\n"},
+            ["probe.pkg.base:1 imports probe.pkg.handle (layer 4 over 2)"],
+            id="upward-inside-a-package",
+        ),
+        pytest.param(
+            {"pkg/base.py": "from probe import pkg\n"},
+            ["probe.pkg.base:1 imports probe.pkg (layer 4 over 2)"],
+            id="own-package-facade-above",
+        ),
+        pytest.param(
+            {"left.py": "import probe.right\n"},
+            ["probe.left:1 imports probe.right (sideways: probe.right is layer 3 too)"],
+            id="sideways",
+        ),
+        pytest.param(
+            {"engine.py": "def f():\n    import pytest\n"},
+            ["probe.engine:2 imports pytest (only plugin.py, adapter/ and cli/ may)"],
+            id="pytest-outside-the-plugin",
+        ),
+        pytest.param(
+            {"standalone/a.py": "import json\nimport yaml\n"},
+            ["probe.standalone.a:2 imports yaml (standalone code imports only the standard library)"],
+            id="standalone-third-party",
+        ),
+        pytest.param(
+            {"standalone/a.py": "from probe import low\n"},
+            ["probe.standalone.a:1 imports probe.low (standalone code imports only itself and the stdlib)"],
+            id="standalone-package",
+        ),
+        pytest.param(
+            {"stray.py": ""},
+            [],
+            id="no-layer-is-fine-only-under-the-top",
+        ),
+        pytest.param(
+            {
+                "engine.py": "from probe import low\nfrom probe.pkg import base\n",
+                "plugin.py": "import pytest\n",
+            },
+            [],
+            id="allowed",
+        ),
+    ],
+)
+def test_the_checker_sees_each_kind_of_violation(
+    tmp_path: Path, files: dict[str, str], expected: list[str]
+) -> None:
+    """Each rule has a probe package that breaks it, and the checker names that import."""
+    assert _probe(tmp_path, files) == expected
+
+
+def test_a_module_without_a_layer_is_named(tmp_path: Path) -> None:
+    """A module outside every prefix of the table is a violation, not silently allowed."""
+    layers = {k: v for k, v in PROBE_LAYERS.items() if k != "probe"}
+    package = tmp_path / "probe"
+    package.mkdir()
+    (package / "__init__.py").touch()
+    (package / "low.py").touch()
+    (package / "stray.py").touch()
+    assert violations(package, layers) == [
+        "probe has no layer in LAYERS",
+        "probe.stray has no layer in LAYERS",
     ]
 
 

@@ -11,8 +11,8 @@ from plugin_helpers import CASES, write_project
 
 from pytest_e2b_env.adapter.lanes import PreOpened
 from pytest_e2b_env.errors import EmulatorError
-from pytest_e2b_env.target import open_target
-from pytest_e2b_env.target.settings import TargetSettings, new_run_id
+from pytest_e2b_env.settings import TargetSettings, new_run_id
+from pytest_e2b_env.targets import open_target
 
 
 def _openers() -> list[threading.Thread]:

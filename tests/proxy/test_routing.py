@@ -20,7 +20,7 @@ from pytest_e2b_env.proxy.routing import (
     join_url,
     sandbox_base_url,
 )
-from pytest_e2b_env.target.wire.recording import internet_of_create, sandbox_of_answer
+from pytest_e2b_env.wire.recording import internet_of_create, sandbox_of_answer
 
 ids = st.text(alphabet=string.ascii_lowercase + string.digits, min_size=1, max_size=24)
 header_names = st.sampled_from(

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from pytest_e2b_env.cli.reap import main
-from pytest_e2b_env.target.tags import RUN_KEY
+from pytest_e2b_env.targets.tags import RUN_KEY
 
 
 def test_live_without_key_is_a_one_line_usage_error(

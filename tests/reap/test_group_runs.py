@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_e2b_env.target.reap import describe_stale_runs, group_runs
+from pytest_e2b_env.targets.reap import describe_stale_runs, group_runs
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 rows = st.lists(

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pytest_e2b_env.target.reap import RUN_KEY
+from pytest_e2b_env.targets.reap import RUN_KEY
 
 HANGING_TEST = """
 import time

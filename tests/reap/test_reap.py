@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pytest_e2b_env.target.reap import RUN_KEY, find_stale_runs, reap
+from pytest_e2b_env.targets.reap import RUN_KEY, find_stale_runs, reap
 
 
 def test_find_stale_runs_groups_by_run(

@@ -13,7 +13,8 @@ import pytest
 from pytest_e2b_env.cli.train import parse_settings
 from pytest_e2b_env.emulator import Emulator
 from pytest_e2b_env.errors import CleanupError
-from pytest_e2b_env.target import Target, TargetSettings
+from pytest_e2b_env.settings import TargetSettings
+from pytest_e2b_env.targets import Target
 from pytest_e2b_env.training.subjects import RUN_KEY, RewardSubject, check_no_leaks
 from pytest_e2b_env.training.timing import StageClock
 

@@ -19,7 +19,8 @@ import pytest
 from pytest_e2b_env.cli.train import parse_settings
 from pytest_e2b_env.errors import InfrastructureError
 from pytest_e2b_env.reward import RewardPool
-from pytest_e2b_env.target import Target, TargetSettings, new_run_id, open_target
+from pytest_e2b_env.settings import TargetSettings, new_run_id
+from pytest_e2b_env.targets import Target, open_target
 from pytest_e2b_env.training.run import OFFLINE_ENV
 from pytest_e2b_env.training.subjects import RewardSubject, check_no_leaks, load_reward_tasks
 from pytest_e2b_env.training.timing import StageClock

@@ -22,7 +22,7 @@ from pytest_e2b_env.catalog.record import CaseRecord
 from pytest_e2b_env.catalog.tasks.load import EpisodeTask, RewardTask, Task
 from pytest_e2b_env.catalog.tasks.programs import Shortcut, episode_shortcuts, reward_shortcuts
 from pytest_e2b_env.catalog.verdict import same_scores
-from pytest_e2b_env.target import Target
+from pytest_e2b_env.targets import Target
 
 CHECKS = ("oracle", "floor", "repeat")
 DEFAULT_REPEATS = 3

@@ -8,6 +8,6 @@ E2B's server streams them.
 from __future__ import annotations
 
 from pytest_e2b_env.emulator.interpreter.service import InterpreterService
-from pytest_e2b_env.target.wire.routes import JUPYTER_PORT
+from pytest_e2b_env.wire.routes import JUPYTER_PORT
 
 __all__ = ["JUPYTER_PORT", "InterpreterService"]

@@ -24,7 +24,7 @@ from pytest_e2b_env.emulator.interpreter.kernel import (
     KernelStartError,
 )
 from pytest_e2b_env.emulator.interpreter.outputs import END_OF_EXECUTION, error_line
-from pytest_e2b_env.target.wire.faults import BodyTooLarge, Receive, Scope, Send, read_body, send_answer
+from pytest_e2b_env.wire.faults import BodyTooLarge, Receive, Scope, Send, read_body, send_answer
 
 if TYPE_CHECKING:
     from pytest_e2b_env.emulator.sandboxes import Sandbox

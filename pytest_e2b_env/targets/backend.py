@@ -1,7 +1,7 @@
 """``Backend``: what the emulator and the fault proxy both are, so nothing asks which one it got.
 
 :class:`~pytest_e2b_env.emulator.Emulator` (offline) and :class:`~pytest_e2b_env.proxy.FaultProxy`
-(live) implement it with the same names; :class:`~pytest_e2b_env.target.Target` wraps either. A
+(live) implement it with the same names; :class:`~pytest_e2b_env.targets.Target` wraps either. A
 malformed fault rule raises :class:`~pytest_e2b_env.errors.FaultRuleError` from both.
 """
 

@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from pytest_e2b_env.target.wire.faults import (
+from pytest_e2b_env.wire.faults import (
     SCOPE_DROPPED,
     SCOPE_FAULT,
     ASGIApp,
@@ -25,8 +25,8 @@ from pytest_e2b_env.target.wire.faults import (
     Send,
     content_length,
 )
-from pytest_e2b_env.target.wire.ledger import Ledger, op_for
-from pytest_e2b_env.target.wire.routes import route_of
+from pytest_e2b_env.wire.ledger import Ledger, op_for
+from pytest_e2b_env.wire.routes import route_of
 
 #: scope keys an app behind the middleware sets when it knows: the sandbox a request concerned,
 #: and for a request that created one its internet setting and metadata keys

@@ -1,7 +1,7 @@
 """Target settings, and every environment variable pytest-e2b-env reads or writes, declared once.
 
 :data:`ENVIRONMENT` is the one list of names, each with its meaning; nothing else in the
-package names them (``tests/target/test_environment.py`` greps the source and fails when a
+package names them (``tests/targets/test_environment.py`` greps the source and fails when a
 module does). Code reads them through :meth:`TargetSettings.from_env` or one of the small
 readers below, and writes them through :meth:`TargetSettings.to_env` / :func:`sdk_env`.
 

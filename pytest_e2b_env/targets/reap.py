@@ -7,7 +7,7 @@ that metadata through the real e2b SDK, kills them, and confirms each one gone.
 
 Library use (the plugin): :func:`find_stale_runs` at session start, :func:`reap` to clean up.
 Command line: ``pytest-e2b-env reap [--run-id ID | --older-than SECONDS] [--live]``
-(:mod:`pytest_e2b_env.cli.reap`). Listing, killing and confirming are :mod:`pytest_e2b_env.target.tags`.
+(:mod:`pytest_e2b_env.cli.reap`). Listing, killing and confirming are :mod:`pytest_e2b_env.targets.tags`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from pytest_e2b_env.target.tags import RUN_KEY, kill_all, list_tagged
+from pytest_e2b_env.settings import TargetSettings
+from pytest_e2b_env.targets.tags import RUN_KEY, kill_all, list_tagged
 
 CONFIRM_SECONDS = 20.0
 
@@ -109,3 +110,19 @@ def reap(
         if kill.error and not kill.confirmed:
             result["errors"][kill.sandbox_id] = kill.error
     return result
+
+
+def stale_run_lines(run_id: str) -> list[str]:
+    """Header lines naming earlier runs whose tagged sandboxes are still alive on live E2B.
+
+    Interrupted runs leak sandboxes that bill until their lifetime ends; saying so at session start,
+    with the command that removes them, is the cheapest place to catch it. Never raises: a failed
+    check is itself one line, and the run goes on.
+    """
+    opts = TargetSettings.from_env(live=True, run_id=run_id).sdk_opts()
+    try:
+        runs = find_stale_runs(opts, exclude_run_id=run_id)
+    except Exception as exc:
+        failed = type(exc).__name__
+        return [f"stale-run check failed ({failed}); list them with: pytest-e2b-env reap --live --list"]
+    return describe_stale_runs(runs, live=True)

@@ -1,4 +1,4 @@
-"""Every environment variable is declared once, in target/settings.py, and read nowhere else."""
+"""Every environment variable is declared once, in pytest_e2b_env/settings.py, and read nowhere else."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 import pytest_e2b_env
-from pytest_e2b_env.target import settings
-from pytest_e2b_env.target.settings import ENVIRONMENT, TargetSettings
+from pytest_e2b_env import settings
+from pytest_e2b_env.settings import ENVIRONMENT, TargetSettings
 
 PACKAGE = Path(pytest_e2b_env.__file__).parent
-SETTINGS = PACKAGE / "target" / "settings.py"
+SETTINGS = PACKAGE / "settings.py"
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "plugin.md"
 #: A string that is an environment variable's name (or the ``NAME=`` of a line announcing one).
 NAME = re.compile(r"^(PYTEST_E2B_ENV_|E2B_)[A-Z0-9_]+=?$")
@@ -47,9 +47,9 @@ def _names_used(path: Path, root: Path = PACKAGE) -> list[str]:
 
 
 def test_no_module_but_settings_names_a_variable() -> None:
-    """No package module spells an E2B_*/PYTEST_E2B_ENV_* name or reads one past target.settings."""
+    """No package module spells an E2B_*/PYTEST_E2B_ENV_* name or reads one past pytest_e2b_env.settings."""
     offenders = [hit for path in _modules() for hit in _names_used(path)]
-    assert offenders == [], "read these through pytest_e2b_env.target.settings:\n" + "\n".join(offenders)
+    assert offenders == [], "read these through pytest_e2b_env.settings:\n" + "\n".join(offenders)
 
 
 def test_the_check_catches_a_direct_read(tmp_path: Path) -> None:
@@ -63,7 +63,7 @@ def test_the_check_catches_a_direct_read(tmp_path: Path) -> None:
 
 
 def test_every_constant_is_declared_with_a_meaning() -> None:
-    """Each ENV_* constant of target.settings is in ENVIRONMENT with a one-line meaning."""
+    """Each ENV_* constant of pytest_e2b_env.settings is in ENVIRONMENT with a one-line meaning."""
     constants = {v for k, v in vars(settings).items() if k.startswith("ENV_")}
     assert constants == set(ENVIRONMENT)
     for name, meaning in ENVIRONMENT.items():

@@ -6,8 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from pytest_e2b_env.target import Target, TargetSettings, new_run_id, open_target
-from pytest_e2b_env.target.tags import (
+from pytest_e2b_env.settings import TargetSettings, new_run_id
+from pytest_e2b_env.targets import Target, open_target
+from pytest_e2b_env.targets.tags import (
     RUN_KEY,
     created_ids,
     kill_and_confirm,

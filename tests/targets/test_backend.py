@@ -11,7 +11,7 @@ import pytest
 from pytest_e2b_env.emulator import Emulator
 from pytest_e2b_env.errors import ConfigError, FaultRuleError
 from pytest_e2b_env.proxy import FaultProxy
-from pytest_e2b_env.target.backend import Backend, Faults
+from pytest_e2b_env.targets.backend import Backend, Faults
 
 BAD_ANSWER = {"status": 429, "lose_sandbox": True}
 

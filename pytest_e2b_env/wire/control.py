@@ -14,9 +14,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs
 
-from pytest_e2b_env.target.wire import CONTROL_HEADER, CONTROL_PREFIX
-from pytest_e2b_env.target.wire.answers import Answer, answer, error
-from pytest_e2b_env.target.wire.faults import (
+from pytest_e2b_env.wire import CONTROL_HEADER, CONTROL_PREFIX
+from pytest_e2b_env.wire.answers import Answer, answer, error
+from pytest_e2b_env.wire.faults import (
     ASGIApp,
     BodyTooLarge,
     FaultPlan,
@@ -27,8 +27,8 @@ from pytest_e2b_env.target.wire.faults import (
     read_body,
     send_answer,
 )
-from pytest_e2b_env.target.wire.jsonin import JSONTooDeep, loads_bounded
-from pytest_e2b_env.target.wire.ledger import Ledger
+from pytest_e2b_env.wire.jsonin import JSONTooDeep, loads_bounded
+from pytest_e2b_env.wire.ledger import Ledger
 
 PREFIX = CONTROL_PREFIX
 

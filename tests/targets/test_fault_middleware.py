@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from pytest_e2b_env.target.wire.faults import FaultMiddleware, FaultPlan, Message
+from pytest_e2b_env.wire.faults import FaultMiddleware, FaultPlan, Message
 
 START = "POST /process.Process/Start"
 
@@ -18,12 +18,12 @@ class _Target:
         self.events = events
 
     def route_of(self, method: str, path: str, headers: Mapping[str, str]) -> tuple[str, str | None]:
-        from pytest_e2b_env.target.wire import routes
+        from pytest_e2b_env.wire import routes
 
         return routes.route_of(method, path, headers)
 
     def is_stream(self, template: str) -> bool:
-        from pytest_e2b_env.target.wire import routes
+        from pytest_e2b_env.wire import routes
 
         return routes.is_stream(template)
 

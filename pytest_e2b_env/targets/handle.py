@@ -1,6 +1,6 @@
 """The target a run talks to: the local emulator (offline) or the fault proxy before real E2B (live).
 
-Both are a :class:`~pytest_e2b_env.target.backend.Backend` (``sdk_env``, ``faults``, ``sandboxes``,
+Both are a :class:`~pytest_e2b_env.targets.backend.Backend` (``sdk_env``, ``faults``, ``sandboxes``,
 ``ledger_mark``, ``ledger``...), so drivers, verdicts and fixtures never ask which one they got.
 The SDK settings reach code under test only through :meth:`Target.scoped_env`, which restores
 the process environment afterwards so nothing leaks into the user's session.
@@ -14,15 +14,15 @@ from typing import Any
 
 from pytest_e2b_env.environ import scoped_environ
 from pytest_e2b_env.errors import ConfigError, InfrastructureError
-from pytest_e2b_env.target.backend import Backend
-from pytest_e2b_env.target.settings import TargetSettings
-from pytest_e2b_env.target.tags import created_ids, kill_all, kill_and_confirm, unresolved
+from pytest_e2b_env.settings import TargetSettings
+from pytest_e2b_env.targets.backend import Backend
+from pytest_e2b_env.targets.tags import created_ids, kill_all, kill_and_confirm, unresolved
 
 
 class Target:
     """An opened emulator or fault proxy plus the run id stamped on everything.
 
-    ``backend`` is a :class:`~pytest_e2b_env.target.backend.Backend`; :func:`open_target` makes one.
+    ``backend`` is a :class:`~pytest_e2b_env.targets.backend.Backend`; :func:`open_target` makes one.
     """
 
     def __init__(self, backend: Backend, settings: TargetSettings, closer: Any = None) -> None:
@@ -157,24 +157,6 @@ class Target:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def stale_run_lines(run_id: str) -> list[str]:
-    """Header lines naming earlier runs whose tagged sandboxes are still alive on live E2B.
-
-    Interrupted runs leak sandboxes that bill until their lifetime ends; saying so at session start,
-    with the command that removes them, is the cheapest place to catch it. Never raises: a failed
-    check is itself one line, and the run goes on.
-    """
-    from pytest_e2b_env.target.reap import describe_stale_runs, find_stale_runs
-
-    opts = TargetSettings.from_env(live=True, run_id=run_id).sdk_opts()
-    try:
-        runs = find_stale_runs(opts, exclude_run_id=run_id)
-    except Exception as exc:
-        failed = type(exc).__name__
-        return [f"stale-run check failed ({failed}); list them with: pytest-e2b-env reap --live --list"]
-    return describe_stale_runs(runs, live=True)
 
 
 def open_target(settings: TargetSettings) -> Target:
