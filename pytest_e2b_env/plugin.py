@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from pytest_e2b_env.adapter.items import Runtime
+    from pytest_e2b_env.adapter.runtime import Runtime
 
 
 class E2BEnvHookspecs:
@@ -170,7 +170,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_active_key] = _asked(config)
     if not config.stash[_active_key]:
         return  # dormant: nothing loaded, no header; a fixture that is used sets up what it needs
-    from pytest_e2b_env.adapter.items import Runtime, runtime_key, settings_key
+    from pytest_e2b_env.adapter.keys import runtime_key, settings_key
+    from pytest_e2b_env.adapter.runtime import Runtime
     from pytest_e2b_env.adapter.settings import check_ini_keys, resolve
 
     check_ini_keys(config, INI_KEYS)
@@ -191,7 +192,7 @@ def pytest_configure_node(node: Any) -> None:
     """xdist: every worker stamps the controller's run id on its sandboxes and runs its subjects."""
     if not _active(node.config):
         return
-    from pytest_e2b_env.adapter.items import settings_key
+    from pytest_e2b_env.adapter.keys import settings_key
 
     settings = node.config.stash[settings_key]
     node.workerinput["e2b_run_id"] = settings.run_id
@@ -309,16 +310,18 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     runtime = _runtime(config)
     if config.option.collectonly or _is_dist_controller(config):
         return
+    from pytest_e2b_env.adapter.items import runnable
+
+    cases = runnable(session.items)
     # an xdist worker learns its items one at a time: its cases run one by one
     if not hasattr(config, "workerinput"):
         from pytest_e2b_env.adapter import durations
-        from pytest_e2b_env.adapter.items import CaseItem
 
-        cases = [(item.nodeid, item.case) for item in session.items if isinstance(item, CaseItem)]
-        if runtime.start_lanes(session.items, durations.estimates(config, cases)):
+        seconds = durations.estimates(config, [(nodeid, case) for nodeid, case, _ in cases])
+        if runtime.start_lanes(cases, seconds):
             return
     if runtime.target_if_open is not None:
-        runtime.warm_up(session.items)
+        runtime.warm_up(cases)
 
 
 def pytest_runtest_teardown(item: pytest.Item) -> None:
@@ -367,12 +370,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         if target is not None:
             info.setdefault("isolation", target.isolation)
             info.setdefault("secrets", [target.api_key])
-        subjects = getattr(runtime, "_subjects", {})
-        info.setdefault("contracts", {kind: s.contract.summary() for kind, s in subjects.items()})
-        if runtime._cases is not None:
-            from pytest_e2b_env.catalog.loader import catalog_hash
-
-            info.setdefault("catalog_hash", catalog_hash(runtime._cases))
+        for key, value in runtime.manifest_facts().items():
+            info.setdefault(key, value)
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None and target is not None:
         workeroutput["e2b_info"] = json.dumps({"isolation": target.isolation})

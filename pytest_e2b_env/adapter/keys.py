@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from pytest_e2b_env.adapter.items import Runtime
+    from pytest_e2b_env.adapter.runtime import Runtime
     from pytest_e2b_env.adapter.settings import Settings
 
 settings_key: pytest.StashKey[Settings] = pytest.StashKey()

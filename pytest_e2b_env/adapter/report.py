@@ -132,9 +132,9 @@ class EvidenceReporter:
         from pytest_e2b_env.evidence.runinfo import subject_source
 
         stopped = bool(session.shouldstop or session.shouldfail)
-        from pytest_e2b_env.adapter.items import runtime_key
+        from pytest_e2b_env.adapter.keys import runtime_key
 
-        known = {c.id: c for c in (self.config.stash[runtime_key]._cases or [])}
+        known = {c.id: c for c in (self.config.stash[runtime_key].loaded_cases or [])}
         for case_id in self.expected:
             if case_id not in self.records and stopped:
                 reason = f"not run: the session stopped early ({session.shouldstop or session.shouldfail})"
@@ -147,7 +147,7 @@ class EvidenceReporter:
                 self.records[case_id] = CaseRecord.not_run(case_id, reason, **fields).to_dict()
         if not self.info.get("catalog_hash"):
             try:
-                from pytest_e2b_env.adapter.items import runtime_key
+                from pytest_e2b_env.adapter.keys import runtime_key
                 from pytest_e2b_env.catalog.loader import catalog_hash
 
                 self.info["catalog_hash"] = catalog_hash(self.config.stash[runtime_key].cases(self.config))

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_e2b_env.adapter.items import runtime_key
+from pytest_e2b_env.adapter.keys import runtime_key
 from pytest_e2b_env.adapter.settings import Settings
 from pytest_e2b_env.errors import ConfigError, InfrastructureError
 

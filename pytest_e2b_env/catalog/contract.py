@@ -28,7 +28,9 @@ DEFAULT_LIMITS: dict[str, float] = {
     "artifact_bytes": 65536,
 }
 COLUMNS = ("test_cases", "verification_info")
-_COMMON_KEYS = {"raises_classes", "warm_up", "preload"}
+_COMMON_KEYS = {"raises_classes", "warm_up", "preload", "release"}
+#: The contract's zero-argument callables, each called by the catalog at one point of a run.
+HOOKS = ("warm_up", "preload", "release")
 _REWARD_KEYS = {"columns"} | _COMMON_KEYS
 _EPISODE_KEYS = {"task", "task_arg", "tools", "command_arg", "limits"} | _COMMON_KEYS
 
@@ -81,6 +83,9 @@ class Contract:
     warm_up: Callable[[], Any] | None = None
     #: Imports only (no thread, socket or sandbox): run once where case hosts are forked from.
     preload: Callable[[], Any] | None = None
+    #: Releases what the subject keeps process-wide (a server, a pool) while the target still
+    #: answers: called once in each process that ran the subject, before its target stops.
+    release: Callable[[], Any] | None = None
     source: str = "defaults"
 
     @property
@@ -115,7 +120,7 @@ class Contract:
             }
         if self.raises_classes:
             out["raises_classes"] = list(self.raises_classes)
-        for key in ("warm_up", "preload"):
+        for key in HOOKS:
             hook = getattr(self, key)
             if hook is not None:
                 out[key] = _name(hook)
@@ -180,7 +185,7 @@ def parse_contract(raw: Any, kind: str, where: str) -> Contract:
     if isinstance(classes, str) or not all(isinstance(c, str) for c in classes):
         raise _fail(where, "raises_classes", classes, "give a list of exception class names")
     values["raises_classes"] = tuple(classes)
-    for key in ("warm_up", "preload"):
+    for key in HOOKS:
         hook = raw.get(key)
         if hook is not None and not callable(hook):
             raise _fail(where, key, hook, "give a zero-argument callable")

@@ -4,7 +4,7 @@ A :class:`HostTemplate` is a child interpreter (``python -m pytest_e2b_env.catal
 that imports what a case host imports, the subject, and what the subject's contract ``preload``
 names, then waits. Each case host of that subject is a fork of it, handed its request and reply
 pipes over a ``SOCK_SEQPACKET`` socket; the host then runs exactly as a spawned one (the same
-``_child`` loop, the same pipes), so the controller cannot tell them apart but by their parent.
+``hostchild.serve`` loop, the same pipes), so the controller cannot tell them apart but by their parent.
 
 Forking is only safe from a single thread: a lock held by another thread at the fork stays held
 in the child forever. So the template refuses to fork (and every host is spawned as before) when
@@ -246,9 +246,9 @@ def _serve(sock: socket.socket) -> int:
     request = json.loads(sock.recv(MAX_MESSAGE) or b"{}")
     spec = request.get("subject") or {}
     try:
-        from pytest_e2b_env.catalog import host  # everything a host imports, once
+        from pytest_e2b_env.catalog import hostchild  # everything a host imports, once
 
-        subject = host.load_subject(spec["spec"], spec["kind"], spec.get("contract"))
+        subject = hostchild.load_subject(spec["spec"], spec["kind"], spec.get("contract"))
         if subject.contract.preload is not None:
             subject.contract.preload()
     except BaseException as exc:  # the subject's import may fail in any way: hosts then say how
@@ -298,9 +298,9 @@ def _run_host(req_fd: int, rep_fd: int, spec: dict[str, Any], subject: Any) -> N
     """The forked host: the spawned host's loop, then the exit a spawned host makes (never returns)."""
     code = 1
     try:
-        from pytest_e2b_env.catalog.host import _child
+        from pytest_e2b_env.catalog.hostchild import serve
 
-        code = _child(req_fd, rep_fd, loaded=(spec, subject))
+        code = serve(req_fd, rep_fd, loaded=(spec, subject))
     finally:
         with contextlib.suppress(BaseException):
             atexit._run_exitfuncs()  # what an interpreter's exit runs, as a spawned host's does

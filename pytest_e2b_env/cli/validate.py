@@ -5,6 +5,9 @@ own pytest config (``pythonpath``, ``e2b_*`` keys, conftest hooks), so the CLI, 
 ``pytest`` share one code path and one evidence bundle format. Only the catalog runs: the
 project's own test files are not collected. Subjects: those named on the command line, else
 those the project's config sets, else (nothing set anywhere) the bundled reference code.
+``--tasks PATH`` runs only the task checks (oracle, floor, repeat) of a dataset instead: the same
+run with the tasks set and only the ``e2b_task`` items selected; the rows decide which subject
+checks them (``test_cases``: reward, ``verification``: repair tasks) unless ``--task-kind`` says.
 
 Exit status (:data:`EXIT_CODES`, docs/ci.md): 0 every case passed (or was skipped with a reason)
 and the bundle is complete, 1 a case failed or the bundle is incomplete, 2 usage error, 3
@@ -87,12 +90,35 @@ def build_parser() -> argparse.ArgumentParser:
         "-n", dest="workers", default=None, help="run cases on N xdist workers (needs pytest-xdist)"
     )
     parser.add_argument("-q", dest="quiet", action="store_true", help="less output")
+    tasks = parser.add_argument_group("task checks (docs/tasks.md)")
+    tasks.add_argument(
+        "--tasks",
+        default=None,
+        metavar="PATH",
+        help="run only the oracle, floor and repeat checks of these task rows (.json/.jsonl or module:attr)",
+    )
+    tasks.add_argument(
+        "--task-kind",
+        choices=("reward", "episode"),
+        default=None,
+        help="with --tasks; default: from the rows",
+    )
+    tasks.add_argument(
+        "--repeats", type=int, default=None, help="with --tasks: runs of each oracle for the repeat check (3)"
+    )
     return parser
 
 
 def pytest_args(options: argparse.Namespace) -> list[str]:
-    """The pytest command line; the project's config supplies everything not named here."""
+    """The pytest command line; the project's config supplies everything not named here.
+
+    With ``--tasks`` the run is narrowed to the task checks, and ``options.subject`` becomes the
+    kind the rows (or ``--task-kind``) name; a task source that cannot be read raises
+    :class:`~pytest_e2b_env.errors.ConfigError` or ``OSError``.
+    """
     args = ["--e2b-catalog-only"]
+    if options.tasks:
+        args += _task_args(options)
     if options.output:
         args += ["--e2b-evidence", str(Path(options.output).resolve())]
     if options.cases:
@@ -113,8 +139,27 @@ def pytest_args(options: argparse.Namespace) -> list[str]:
     return args
 
 
+def _task_args(options: argparse.Namespace) -> list[str]:
+    from pytest_e2b_env.catalog.tasks.load import is_spec, kind_of
+
+    source = options.tasks if is_spec(options.tasks) else str(Path(options.tasks).resolve())
+    options.subject = options.task_kind or kind_of(source)
+    repeats = 3 if options.repeats is None else options.repeats
+    return [
+        "-o",
+        f"e2b_{options.subject}_tasks={source}",
+        "-o",
+        f"e2b_task_repeats={repeats}",
+        "-m",
+        "e2b_task",
+    ]
+
+
 def _usage_problem(options: argparse.Namespace) -> str | None:
     """A problem pytest would report less clearly, checked before it starts."""
+    if not options.tasks and (options.task_kind or options.repeats is not None):
+        given = "--task-kind" if options.task_kind else "--repeats"
+        return f"{given} applies to the task checks only; add --tasks PATH"
     if options.workers and importlib.util.find_spec("xdist") is None:
         return f"-n {options.workers} needs pytest-xdist, which is not installed: pip install pytest-xdist"
     return None
@@ -126,10 +171,6 @@ def main(argv: list[str]) -> int:
     # Everything after a lone "--" goes to pytest unchanged (e.g. -- -rs --junitxml=out.xml).
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
-    from pytest_e2b_env.cli import validate_tasks
-
-    if validate_tasks.wants_tasks(argv):  # validate --tasks PATH: only the task checks of a dataset
-        return validate_tasks.main(argv, extra)
     try:
         options = parser.parse_args(argv)
     except SystemExit as exc:  # argparse printed the usage and the bad value; --help exits 0
@@ -140,8 +181,15 @@ def main(argv: list[str]) -> int:
         print(f"{parser.prog}: error: {problem}", file=sys.stderr)
         return USAGE
 
+    from pytest_e2b_env.errors import ConfigError
+
+    try:
+        args = pytest_args(options)
+    except (ConfigError, OSError, ValueError) as exc:  # a task source that cannot be read
+        print(f"{parser.prog}: {exc}", file=sys.stderr)
+        return USAGE
     subjects = {"reward": options.reward_subject, "episode": options.episode_subject}
-    return run_pytest([*pytest_args(options), *extra], subjects, options.subject, parser.prog)
+    return run_pytest([*args, *extra], subjects, options.subject, parser.prog)
 
 
 def run_pytest(args: list[str], subjects: dict[str, str | None], only: str, prog: str) -> int:

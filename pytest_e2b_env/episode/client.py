@@ -72,6 +72,20 @@ def warm_up() -> None:
     prestart_shared_server(dict(os.environ))
 
 
+def release() -> None:
+    """Stop the OpenEnv servers this process started (warm-up, episodes); nothing when none ran.
+
+    Called by the catalog while the target still answers, so sessions kept open over sandboxes
+    that would not die release them with a request each, not with retries against a stopped
+    emulator at interpreter exit.
+    """
+    import sys
+
+    server = sys.modules.get("pytest_e2b_env.episode.server")  # never imported: nothing started
+    if server is not None:
+        server.close_shared_servers()
+
+
 class ReportEpisode:
     """A repair episode for TRL: ``reset(**row)``, tools ``terminal`` and ``submit``, ``get_reward()``.
 
@@ -86,6 +100,7 @@ class ReportEpisode:
         "raises_classes": ["InfrastructureError", "CleanupError"],
         "warm_up": warm_up,
         "preload": preload,
+        "release": release,
     }
     #: The server-side environment class (None: the reference :class:`RepairEnvironment`). A
     #: subclass that pins its own environment always gets its own process-wide loopback server.

@@ -123,7 +123,7 @@ def test_targets_that_cannot_start_stop_the_run_at_its_first_case(
 def test_a_host_that_fails_to_stop_is_a_problem_and_the_target_still_closes(tmp_path: Any) -> None:
     """Runtime.close releases this process's side in a thread: a failing host is named in the
     run's problems (not lost with the thread), and the sweep and the target's stop still happen."""
-    from pytest_e2b_env.adapter.items import Runtime
+    from pytest_e2b_env.adapter.runtime import Runtime
     from pytest_e2b_env.adapter.settings import Settings
 
     class Stuck:

@@ -255,3 +255,29 @@ def tasks_digest(tasks: Iterable[Task]) -> str:
         digest.update(task.kind.encode() + b"\0")
         digest.update(json.dumps(task.as_row(), sort_keys=True, default=str).encode() + b"\n")
     return digest.hexdigest()
+
+
+def kind_of(source: str) -> str:
+    """Which subject checks a task file: ``reward`` when its first row has ``test_cases``,
+    ``episode`` when it has ``verification``; a ``module:attr`` source or any other row is a
+    :class:`ConfigError` asking for ``--task-kind``."""
+    if is_spec(source):
+        raise ConfigError(
+            f"--tasks {source!r}: say which subject checks them with --task-kind reward|episode"
+        )
+    text = Path(source).read_text(encoding="utf-8")
+    first = (
+        next((line for line in text.splitlines() if line.strip()), "") if source.endswith(".jsonl") else None
+    )
+    data = json.loads(first if first is not None else text)
+    if isinstance(data, dict) and not ({"test_cases", "verification"} & set(data)):
+        data = next((v for k, v in data.items() if not k.startswith("_") and isinstance(v, list)), [])
+    row = data[0] if isinstance(data, list) and data else data
+    if isinstance(row, dict) and "test_cases" in row:
+        return "reward"
+    if isinstance(row, dict) and "verification" in row:
+        return "episode"
+    raise ConfigError(
+        f"--tasks {source!r}: the first row has neither 'test_cases' (reward) nor 'verification' (repair "
+        "task); pass --task-kind"
+    )

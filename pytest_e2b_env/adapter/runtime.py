@@ -1,0 +1,282 @@
+"""The plugin's per-process state: the target, the loaded catalog and subjects, the lanes.
+
+One :class:`Runtime` per pytest process lives on ``config.stash`` (:mod:`.keys`). It opens this
+process's target (in the background from session start), imports each configured subject once,
+starts the lanes, and at session end releases hosts, subjects, sandboxes and targets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_e2b_env.adapter.settings import Settings
+from pytest_e2b_env.catalog.contract import Subject
+from pytest_e2b_env.catalog.loader import load_cases
+from pytest_e2b_env.catalog.model import Case
+from pytest_e2b_env.errors import ConfigError, InfrastructureError
+from pytest_e2b_env.settings import TargetSettings
+from pytest_e2b_env.targets import Target, open_target
+
+if TYPE_CHECKING:
+    from pytest_e2b_env.adapter.lanes import Lanes, PreOpened
+    from pytest_e2b_env.catalog.host import CaseHost
+
+
+class Runtime:
+    """Per-process state: the target (opened on first use) and the loaded catalog."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._target: Target | None = None
+        self._failure: str | None = None
+        self._cases: list[Case] | None = None
+        self._subjects: dict[str, Subject] = {}
+        #: What made the run's evidence incomplete (target start, final sweep); the reporter reads it.
+        self.problems: list[str] = []
+        self._hosts: dict[str, CaseHost] = {}
+        self.stale_runs: list[str] = []  # live only: earlier runs with sandboxes still alive
+        #: The lanes running cases ahead of pytest (None: cases run one by one, e.g. under xdist).
+        self.lanes: Lanes | None = None
+        self._preopened: PreOpened | None = None
+        self._own: PreOpened | None = None  # this process's target, opening in the background
+
+    def host(self, kind: str) -> CaseHost | None:
+        """The process that runs this kind's subject code, offline and live (see docs/plugin.md).
+
+        The emulator, and the fault proxy live, serve the same control API (ledger, faults,
+        sandboxes), so a case host reaches the target exactly as this process does.
+        """
+        subject = self.subject(kind)
+        if subject is None:
+            return None
+        if kind not in self._hosts:
+            from pytest_e2b_env.adapter.lanes import host_for
+
+            self._hosts[kind] = host_for(self.target(), subject, kind, self.settings.contract_for(kind))
+        return self._hosts[kind]
+
+    def subject(self, kind: str) -> Subject | None:
+        """The configured subject of a kind, imported once; an import failure is one UsageError."""
+        spec = self.settings.subject_for(kind)
+        if spec is None:
+            return None
+        if kind not in self._subjects:
+            from pytest_e2b_env.catalog.contract import load_subject
+
+            try:
+                self._subjects[kind] = load_subject(spec, kind, self.settings.contract_for(kind))
+            except ConfigError as exc:
+                raise pytest.UsageError(str(exc)) from None
+        return self._subjects[kind]
+
+    def open_soon(self) -> None:
+        """Start opening this process's target in the background (session start); :meth:`target` waits.
+
+        pytest collects meanwhile; the emulator is held by the thread that opened it (it stops with
+        that thread), which lives until :meth:`close`.
+        """
+        if self._target is None and self._own is None and self._failure is None:
+            from pytest_e2b_env.adapter.lanes import PreOpened
+
+            self._own = PreOpened(self._open_lane_target, 1, name="own-target")
+
+    def target(self) -> Target:
+        """The emulator or live proxy of this process, started on first use."""
+        if self._failure is not None:
+            raise InfrastructureError(self._failure)
+        if self._target is None:
+            try:
+                if self._own is not None:
+                    target = self._own.take()  # opening since session start
+                else:
+                    target = open_target(
+                        TargetSettings.from_env(live=self.settings.live, run_id=self.settings.run_id)
+                    )
+            except Exception as exc:  # remembered: every later case fails fast with the same message
+                self._failure = f"the {self.settings.mode} target did not start: {type(exc).__name__}: {exc}"
+                self.problems.append(self._failure)
+                raise InfrastructureError(self._failure) from None
+            if self.settings.live:
+                try:
+                    # One listing through the proxy proves the API answers and takes the key; an
+                    # unreachable API would otherwise make every "raises" case pass for the wrong reason.
+                    target.sandboxes()
+                except Exception as exc:
+                    with contextlib.suppress(Exception):
+                        target.close()
+                    self._failure = (
+                        f"the live E2B API at {target.endpoint or 'the configured URL'} did not answer: "
+                        f"{type(exc).__name__}: {str(exc)[:200]}; check the network and E2B_API_KEY"
+                    )
+                    self.problems.append(self._failure)
+                    raise InfrastructureError(self._failure) from None
+            self._target = target
+        return self._target
+
+    @property
+    def target_if_open(self) -> Target | None:
+        """The target when started or starting (waited for); never starts one (the header asks)."""
+        if self._target is None and self._own is not None and self._failure is None:
+            with contextlib.suppress(InfrastructureError):  # remembered: the cases report it
+                self.target()
+        return self._target
+
+    @property
+    def loaded_cases(self) -> list[Case] | None:
+        """The cases once :meth:`cases` has loaded them (None before)."""
+        return self._cases
+
+    def manifest_facts(self) -> dict[str, Any]:
+        """What the bundle's manifest records of this run: the subjects' contracts, the catalog's hash."""
+        facts: dict[str, Any] = {
+            "contracts": {kind: s.contract.summary() for kind, s in self._subjects.items()}
+        }
+        if self._cases is not None:
+            from pytest_e2b_env.catalog.loader import catalog_hash
+
+            facts["catalog_hash"] = catalog_hash(self._cases)
+        return facts
+
+    def cases(self, config: pytest.Config) -> list[Case]:
+        """The catalog plus cases added through the ``pytest_e2b_env_cases`` hook."""
+        if self._cases is None:
+            extra: list[Case] = []
+            for result in config.hook.pytest_e2b_env_cases(config=config):
+                for raw in result or []:
+                    if isinstance(raw, Case):
+                        extra.append(raw)
+                    else:
+                        from pytest_e2b_env.catalog.loader import parse_cases_from_dicts
+
+                        extra.extend(parse_cases_from_dicts([raw], "pytest_e2b_env_cases hook"))
+            self._cases = load_cases(self.settings.cases, extra)
+        return self._cases
+
+    def warm_up(self, cases: list[tuple[str, Case, Subject]]) -> None:
+        """Call each collected subject's declared ``warm_up`` with the target's SDK settings in force.
+
+        A subject that needs slow set-up (the bundled episode starts an OpenEnv server) declares it
+        in its contract; the catalog never knows which subject it is. A warm-up may start work in
+        the background; it must not raise, and if it does the first case meets the problem itself.
+        """
+        target = self._target
+        if target is None:
+            return
+        kinds = {case.subject for _, case, _ in cases}
+        for kind in sorted(kinds):
+            subject = self._subjects.get(kind)
+            if subject is None:
+                continue
+            host = self.host(kind)
+            if host is not None:  # the host imports the subject and warms it up while cases run
+                with contextlib.suppress(Exception):
+                    host.start(warm_up=subject.contract.warm_up is not None)
+            elif subject.contract.warm_up is not None:
+                with target.scoped_env(), contextlib.suppress(Exception):
+                    subject.contract.warm_up()
+
+    def _open_lane_target(self) -> Target:
+        return open_target(TargetSettings.from_env(live=self.settings.live, run_id=self.settings.run_id))
+
+    def preopen_lanes(self) -> None:
+        """Open the lanes' targets in the background now (session start), while pytest collects.
+
+        Offline only (live, the lanes' proxies open when the lanes start). Those the lanes do not
+        use (fewer cases than lanes, no lanes at all) are closed once collection is over.
+        """
+        if self.settings.lanes >= 2 and not self.settings.live and self._preopened is None:
+            from pytest_e2b_env.adapter.lanes import PreOpened
+
+            self._preopened = PreOpened(self._open_lane_target, self.settings.lanes)
+
+    def start_lanes(
+        self, cases: list[tuple[str, Case, Subject]], seconds: dict[str, float] | None = None
+    ) -> bool:
+        """Run the collected cases in ``settings.lanes`` lanes; False when they run one by one.
+
+        Lanes need two or more runnable cases and a target that opened (live, this is where the
+        API is first asked, so an unreachable one still stops the run at its first case).
+        ``seconds`` (each case's expected time, last run or reference) starts the longest first.
+        """
+        started = self._start_lanes(cases, seconds)
+        if self._preopened is not None:  # the targets no lane takes go now
+            self._preopened.keep(self.lanes.width if self.lanes is not None else 0)
+        return started
+
+    def _start_lanes(self, cases: list[tuple[str, Case, Subject]], seconds: dict[str, float] | None) -> bool:
+        mode = self.settings.mode
+        cases = [entry for entry in cases if mode in entry[1].modes]
+        width = min(self.settings.lanes, len(cases))
+        if width < 2 or self._failure is not None:  # this process's target already failed to open
+            return False
+        if self.settings.live:  # the API is first asked here: unreachable, the first case says so
+            try:
+                self.target()
+            except InfrastructureError:
+                return False
+        # Offline the lanes do not wait for this process's own emulator (the fixtures'): they open
+        # their own, and if emulators cannot start at all, the first item reports it and stops.
+        from pytest_e2b_env.adapter.lanes import Lanes
+
+        opener = self._preopened.take if self._preopened is not None else self._open_lane_target
+        self.lanes = Lanes(self.settings, cases, width, opener, seconds)
+        self.lanes.start()
+        return True
+
+    def close(self) -> None:
+        """Release the lanes', and at the same time this process's, hosts, sandboxes and targets.
+
+        The two share nothing (each lane has its own target and hosts), and each side mostly
+        waits (servers stopping, emulators exiting), so they overlap: the run ends sooner.
+        """
+        own_problems: list[str] = []
+        own = threading.Thread(target=self._close_own, args=(own_problems,), name="close-own", daemon=True)
+        own.start()
+        lanes, self.lanes = self.lanes, None
+        if lanes is not None:  # their cases are over
+            lanes.close()
+            self.problems.extend(lanes.problems)
+        preopened, self._preopened = self._preopened, None
+        if preopened is not None:
+            preopened.close()
+        own.join(timeout=900)
+        self.problems.extend(own_problems)
+
+    def _close_own(self, problems: list[str]) -> None:
+        """Stop this process's hosts and the reference OpenEnv server, sweep and stop its target."""
+        try:
+            self._release_own(problems)
+        except Exception as exc:  # in a thread: named in the bundle instead of lost
+            problems.append(f"releasing this process's hosts failed: {type(exc).__name__}: {str(exc)[:200]}")
+
+    def _release_own(self, problems: list[str]) -> None:
+        hosts, self._hosts = list(self._hosts.values()), {}
+        for host in hosts:  # first, while the target still answers: hosts release what they hold
+            try:
+                host.close()
+            except Exception as exc:  # the others, the sweep and the target still go
+                problems.append(f"stopping a case host failed: {type(exc).__name__}: {str(exc)[:200]}")
+        if self._target is not None:
+            target, self._target = self._target, None
+            # What a subject keeps process-wide here (fixtures and live cases ran it in this
+            # process) is released while the target still answers: its contract's ``release``.
+            for subject in self._subjects.values():
+                if subject.contract.release is not None:
+                    with contextlib.suppress(Exception):
+                        subject.contract.release()
+            try:
+                target.sweep()
+            except Exception as exc:  # reported in the bundle, never a traceback at session end
+                problems.append(f"the final sweep failed: {type(exc).__name__}: {str(exc)[:200]}")
+            finally:
+                try:
+                    target.close()
+                except Exception as exc:
+                    problems.append(f"stopping the target failed: {type(exc).__name__}: {str(exc)[:200]}")
+        own, self._own = self._own, None
+        if own is not None:  # after its target closed (or to close one never taken)
+            own.close()
