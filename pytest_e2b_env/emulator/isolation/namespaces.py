@@ -123,7 +123,7 @@ class NamespaceBox(Box):
             # The pid was not our init any more when the namespaces were opened.
             self._close_fds()
             raise InfrastructureError(f"sandbox {sandbox_id} init died during start")
-        self._fs = NamespaceFS(self)
+        self._fs = NamespaceFS(self.request)
 
     @property
     def fs(self) -> NamespaceFS:
