@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from pytest_e2b_env.standalone.fsops import MAX_DEPTH, MAX_ENTRIES, MAX_READ, normalize
+
 from .api import SandboxFS, check_user, home_of
-from .fsops import MAX_DEPTH, MAX_ENTRIES, MAX_READ, normalize
 
 #: One round trip with a sandbox's init: (header, data, largest reply data) -> (header, data).
 #: ``NamespaceBox.request`` is the one the emulator passes.

@@ -1,7 +1,6 @@
 """Thin ctypes wrappers for the Linux syscalls the namespace level needs (Python 3.11 has none of them).
 
-Standalone on purpose: the sandbox init helper imports this file as a top-level module from a
-``python -S`` interpreter, so it must not import anything from the package.
+Used by the emulator and by the sandboxes' builder and init (``sandbox_init``).
 """
 
 from __future__ import annotations

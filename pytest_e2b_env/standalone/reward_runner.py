@@ -1,11 +1,12 @@
 """In-sandbox runner: runs candidate programs on each test input, every case isolated.
 
-This file is package data. It is uploaded to each worker once and runs there as sandbox root
-under ``/usr/bin/python3`` (standard library only; it never imports pytest_e2b_env). One
-invocation evaluates one candidate, or a batch of them side by side: the host sends a header
-line and the payload on stdin (a heredoc in the same command, so a batch costs one round trip)
-and reads one JSON line from stdout. Expected outputs never come here; the host grades. Each
-program lies in its own directory under ``jobs`` (0711: a case cannot list its neighbours').
+This module is uploaded to each worker once, assembled (see ``standalone/assemble.py``), and
+runs there as sandbox root under ``/usr/bin/python3 -I -B -S`` (standard library only; it never
+imports pytest_e2b_env). One invocation evaluates one candidate, or a batch of them side by
+side: the host sends a header line and the payload on stdin (a heredoc in the same command, so
+a batch costs one round trip) and reads one JSON line from stdout. Expected outputs never come
+here; the host grades. Each program lies in its own directory under ``jobs`` (0711: a case
+cannot list its neighbours').
 
 Each case runs in a fresh process tree:
 

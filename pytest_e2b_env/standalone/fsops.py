@@ -5,9 +5,8 @@ for the sandbox's "/", so a symlink planted by the sandbox (to ``/etc/shadow`` o
 resolves inside the sandbox, never onto host files. The final component of ``stat``,
 ``remove`` and ``move`` is handled with ``*at`` calls on its parent and never followed.
 
-Standalone on purpose: the namespace level runs this module inside the sandbox's init helper
-(a ``python -S`` interpreter that imports it as a top-level module), with the permission
-checks of the requesting user; the process level runs it in the emulator.
+The namespace level runs this module inside the sandbox's init (``sandbox_init``), with the
+permission checks of the requesting user; the process level runs it in the emulator.
 """
 
 from __future__ import annotations

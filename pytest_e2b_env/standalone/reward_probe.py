@@ -1,6 +1,7 @@
 """Isolation probe: runs inside a case sandbox exactly like a candidate and reports what it sees.
 
-Package data, standard library only. Reads its expectations as JSON on stdin (which also proves
+Standard library only; it goes to the worker assembled, as the program of the preflight's
+request. Reads its expectations as JSON on stdin (which also proves
 stdin is fed) and prints one JSON object of named checks, each ``true`` when the isolation holds.
 It leaves a ``setsid`` daemon behind on purpose: the runner then proves from outside that the
 daemon died with the case. The refused system calls (user namespaces, keyrings, memfd, SysV
@@ -300,4 +301,5 @@ def main():
     print(json.dumps({"checks": checks}))
 
 
-main()
+if __name__ == "__main__":
+    main()
