@@ -22,13 +22,10 @@ import stat as st
 from collections.abc import Iterator
 from typing import Any
 
+from . import linux as L
+
 _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_IN_ROOT = 0x10
-_NR_OPENAT2 = 437  # the same on every architecture
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
-
 
 #: Defaults when the caller passes no limit (the emulator always passes its own).
 MAX_READ = 64 << 20
@@ -279,8 +276,8 @@ class RootedFS:
         """openat2 below the root; ``path`` is an absolute sandbox path; symlinks stay inside."""
         how = _OpenHow(flags | os.O_CLOEXEC, mode, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
         rel = path.lstrip("/") or "."
-        fd = _libc.syscall(
-            _NR_OPENAT2,
+        fd = L.libc.syscall(
+            L.nr("openat2"),
             ctypes.c_int(self.root_fd),
             rel.encode(),
             ctypes.byref(how),

@@ -139,7 +139,7 @@ def idmapped_lower(lower: str, userns_fd: int) -> None:
     L.mount(None, "/", None, L.MS_REC | L.MS_PRIVATE)
     tree = L.open_tree(L.AT_FDCWD, "/", L.OPEN_TREE_CLONE | L.OPEN_TREE_CLOEXEC)
     try:
-        L.mount_setattr_idmap(tree, userns_fd, L.MOUNT_ATTR_RDONLY)
+        L.mount_setattr(tree, "", L.AT_EMPTY_PATH, L.MOUNT_ATTR_IDMAP | L.MOUNT_ATTR_RDONLY, userns_fd)
         L.move_mount(tree, lower, L.MOVE_MOUNT_F_EMPTY_PATH)
     finally:
         os.close(tree)

@@ -38,6 +38,7 @@ from pytest_e2b_env.errors import CleanupError, InfrastructureError
 from pytest_e2b_env.standalone import assemble, frames
 from pytest_e2b_env.standalone import linux as L
 from pytest_e2b_env.standalone.fsops import remove_tree_quietly
+from pytest_e2b_env.standalone.upper_layer import USER_UID
 
 from . import quota
 from .api import Backend, Box, check_sandbox_id, check_user, envd_env, home_of
@@ -49,7 +50,6 @@ NSENTER = shutil.which("nsenter") or "/usr/bin/nsenter"
 ENV = "/usr/bin/env"
 HELPER_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 NSENTER_FLAG = {"user": "user", "mnt": "mount", "net": "net", "ipc": "ipc", "uts": "uts"}
-USER_UID = 1000
 #: Sandbox uid ranges start here, 65536 ids each, above the usual /etc/subuid ranges.
 UID_BASE = 0x100000
 UID_SLOTS = 32000
