@@ -50,15 +50,13 @@ def bind(host: str, port: int) -> socket.socket:
 
 def _die_with_parent() -> None:
     """Ask the kernel for SIGTERM when our parent dies, and handle the race where it already has."""
-    import ctypes
     import os
     import signal
 
     from pytest_e2b_env.settings import emulator_owner
+    from pytest_e2b_env.standalone import linux
 
-    pr_set_pdeathsig = 1
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+    linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGTERM)
     owner = emulator_owner()  # pid of the process that started us (set by Emulator)
     if os.getppid() == 1 or (owner and os.getppid() != owner):  # the owner died before prctl
         os.kill(os.getpid(), signal.SIGTERM)

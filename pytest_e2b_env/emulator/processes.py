@@ -26,7 +26,7 @@ from connectrpc.errors import ConnectError
 from e2b.envd.process import process_pb as P
 from protobuf import Oneof
 
-from pytest_e2b_env.emulator.isolation._linux import readable
+from pytest_e2b_env.standalone.linux import readable
 
 
 def _oneof(name: str, value: Any) -> Any:

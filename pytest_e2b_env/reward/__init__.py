@@ -1,7 +1,8 @@
 """Reference reward code: a pool of E2B worker sandboxes scoring generated programs for TRL GRPO.
 
 ``RewardPool(...).code_reward`` is TRL's async custom reward; ``reward_subject`` is the catalog's
-subject factory for it. The in-sandbox ``runner.py`` and ``probe.py`` are package data.
+subject factory for it. The runner and probe that run inside the workers are
+``pytest_e2b_env.standalone.reward_runner`` and ``reward_probe``.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from typing import Any
 
 from pytest_e2b_env.errors import PreflightError
 from pytest_e2b_env.reward.protocol import Limits, case_output
+from pytest_e2b_env.standalone.linux import NOBODY
 
 # Checks the probe reports from inside a case sandbox.
 INSIDE = (
@@ -48,7 +49,6 @@ MAX_NPROC = 256
 MAX_FSIZE = 64 << 20
 MAX_ADDRESS_SPACE = 4 << 30
 MAX_PARALLEL_CASES = 16
-NOBODY = 65534
 # Aggregate memory of one case: every process at its address-space limit, plus both scratch
 # tmpfs. Memory charged to no address space (memfd, SysV IPC, BPF maps, a tmpfs of a nested
 # user namespace) is refused by the case's seccomp filter, which the probe proves.

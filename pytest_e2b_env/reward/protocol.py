@@ -12,8 +12,9 @@ import base64
 import json
 import secrets
 from dataclasses import asdict, dataclass, field
-from importlib import resources
 from typing import Any
+
+from pytest_e2b_env.standalone import assemble
 
 REMOTE_DIR = "/opt/pytest-e2b-env/reward"
 RUNNER = f"{REMOTE_DIR}/runner.py"
@@ -140,9 +141,14 @@ def heredoc_command(program: str, stdin: bytes, prefix: str = "") -> str:
     return f"{prefix}{PYTHON} -I -B -S {program} <<'{delimiter}'\n{text}\n{delimiter}\n"
 
 
-def resource_text(name: str) -> str:
-    """The text of a package-data file shipped next to this module (runner.py, probe.py)."""
-    return resources.files("pytest_e2b_env.reward").joinpath(name).read_text(encoding="utf-8")
+def runner_text() -> str:
+    """The runner the workers run: ``standalone/reward_runner.py``, assembled."""
+    return assemble.script("reward_runner")
+
+
+def probe_text() -> str:
+    """The isolation probe the preflight runs as a candidate: ``standalone/reward_probe.py``, assembled."""
+    return assemble.script("reward_probe")
 
 
 def install_command(payload: Payload) -> str:
@@ -151,7 +157,7 @@ def install_command(payload: Payload) -> str:
     The persistent runner (``runner.py --serve``) saves an interpreter start-up per candidate;
     it runs the very code the preflight just proved. ``setsid`` keeps it alive after the command.
     """
-    runner = resource_text("runner.py")
+    runner = runner_text()
     delimiter = "PE2B_RUNNER_" + secrets.token_hex(8)
     # 755 for both: a test seam only. jobs is 0711: a case runs its own program (a directory
     # named by its request's 64-bit nonce) but cannot list the others of a batch.

@@ -33,7 +33,7 @@ from pytest_e2b_env.reward.protocol import (
     ProtocolError,
     install_command,
     parse_answer,
-    resource_text,
+    probe_text,
     run_command,
 )
 from pytest_e2b_env.targets import tags as target_tags
@@ -166,4 +166,4 @@ class WorkerClient:
 
 def probe_source() -> bytes:
     """The probe program the preflight runs as if it were a candidate."""
-    return resource_text("probe.py").encode()
+    return probe_text().encode()

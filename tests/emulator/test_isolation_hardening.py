@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from pytest_e2b_env.emulator.isolation import _frames, select_backend
+from pytest_e2b_env.emulator.isolation import select_backend
 from pytest_e2b_env.errors import EmulatorError, InfrastructureError
+from pytest_e2b_env.standalone import frames
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +42,7 @@ def test_a_stale_reply_poisons_the_channel_instead_of_answering_the_next_request
                 if stream is not None:
                     stream.close()
         # a request whose reply nobody reads, as when a caller gave up waiting on a slow answer
-        _frames.send(box._sock, {"op": "read", "path": "/root/secret", "user": "root", "id": 10_000})
+        frames.send(box._sock, {"op": "read", "path": "/root/secret", "user": "root", "id": 10_000})
         with pytest.raises((InfrastructureError, ProcessLookupError)) as caught:
             box.fs.read("/home/user/.profile", user="user")
         assert "root only" not in str(caught.value)

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_e2b_env.emulator.isolation.api import envd_env, home_of
-from pytest_e2b_env.emulator.isolation.fsops import RootedFS, go_mode_string, normalize
+from pytest_e2b_env.standalone.fsops import RootedFS, go_mode_string, normalize
 
 segments = st.lists(st.sampled_from(["a", "b", ".", "..", "", "x y", "ü"]), max_size=8)
 

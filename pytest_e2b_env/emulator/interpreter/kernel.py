@@ -18,10 +18,10 @@ import signal
 import subprocess
 import uuid
 from collections import deque
-from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from pytest_e2b_env.emulator.interpreter.outputs import convert, error_line
+from pytest_e2b_env.standalone import assemble
 
 if TYPE_CHECKING:
     from pytest_e2b_env.emulator.sandboxes import Sandbox
@@ -48,8 +48,8 @@ class KernelStartError(Exception):
 
 @functools.cache
 def runner_source() -> bytes:
-    """The runner's source, shipped as package data."""
-    return resources.files("pytest_e2b_env.emulator.interpreter").joinpath("runner.py").read_bytes()
+    """The runner's source: ``standalone/interpreter_kernel.py``, assembled."""
+    return assemble.script("interpreter_kernel").encode()
 
 
 class _Done:

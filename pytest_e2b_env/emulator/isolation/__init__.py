@@ -16,8 +16,9 @@ import os
 from pathlib import Path
 from typing import Literal
 
+from pytest_e2b_env.standalone.fsops import remove_tree_quietly
+
 from .api import HOME_DIR, Backend, Box, SandboxFS
-from .fsops import remove_tree_quietly
 from .process import ProcessBackend
 
 __all__ = ["BASE_DIR", "HOME_DIR", "Backend", "Box", "SandboxFS", "select_backend"]

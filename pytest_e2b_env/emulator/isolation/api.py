@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Literal
 
-from .fsops import MAX_DEPTH, MAX_ENTRIES, MAX_READ
+from pytest_e2b_env.standalone.fsops import MAX_DEPTH, MAX_ENTRIES, MAX_READ
 
 HOME_DIR = "/home/user"
 #: envd's PATH (the E2B base template's).

@@ -1,12 +1,13 @@
 """The namespaces level, host side: start sandbox inits, run commands inside them, kill them.
 
-Each sandbox is one init process (see ``_init.py``) owning its own user, pid, mount, ipc, uts
-and net namespaces. Without internet the net namespace has only ``lo``; with internet it is
-owned by host root (sandbox root has no network privilege in it) and ``slirp4netns`` gives it
-outbound access through the host's sockets, host loopback excluded. Commands are forked by
-the emulator straight into the sandbox's pid namespace (this thread's ``pid_for_children``
-is switched for the fork), so ``proc.pid`` is the leader's host pid and the emulator stays
-its parent; the child joins the other namespaces and becomes the sandbox account before exec.
+Each sandbox is one init process (see ``standalone/sandbox_init.py``) owning its own user, pid,
+mount, ipc, uts and net namespaces. Without internet the net namespace has only ``lo``; with
+internet it is owned by host root (sandbox root has no network privilege in it) and
+``slirp4netns`` gives it outbound access through the host's sockets, host loopback excluded.
+Commands are forked by the emulator straight into the sandbox's pid namespace (this thread's
+``pid_for_children`` is switched for the fork), so ``proc.pid`` is the leader's host pid and the
+emulator stays its parent; the child joins the other namespaces and becomes the sandbox account
+before exec.
 Killing the init makes the kernel kill every process of the pid namespace, daemons included.
 
 Every init also holds the read end of one "lifeline" pipe whose write end only the emulator
@@ -34,19 +35,21 @@ from pathlib import Path
 from typing import Any
 
 from pytest_e2b_env.errors import CleanupError, InfrastructureError
+from pytest_e2b_env.standalone import assemble, frames
+from pytest_e2b_env.standalone import linux as L
+from pytest_e2b_env.standalone.fsops import remove_tree_quietly
+from pytest_e2b_env.standalone.upper_layer import USER_UID
 
-from . import _frames, quota
-from . import _linux as L
+from . import quota
 from .api import Backend, Box, check_sandbox_id, check_user, envd_env, home_of
-from .fsops import remove_tree_quietly
 from .nsfs import NamespaceFS
 
-INIT_SCRIPT = str(Path(__file__).with_name("_init.py"))
+#: The builder and init of every sandbox of a backend, assembled into the backend's directory.
+INIT_SCRIPT = ".sandbox-init.py"
 NSENTER = shutil.which("nsenter") or "/usr/bin/nsenter"
 ENV = "/usr/bin/env"
 HELPER_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 NSENTER_FLAG = {"user": "user", "mnt": "mount", "net": "net", "ipc": "ipc", "uts": "uts"}
-USER_UID = 1000
 #: Sandbox uid ranges start here, 65536 ids each, above the usual /etc/subuid ranges.
 UID_BASE = 0x100000
 UID_SLOTS = 32000
@@ -123,7 +126,7 @@ class NamespaceBox(Box):
             # The pid was not our init any more when the namespaces were opened.
             self._close_fds()
             raise InfrastructureError(f"sandbox {sandbox_id} init died during start")
-        self._fs = NamespaceFS(self)
+        self._fs = NamespaceFS(self.request)
 
     @property
     def fs(self) -> NamespaceFS:
@@ -131,7 +134,7 @@ class NamespaceBox(Box):
         return self._fs
 
     def request(
-        self, header: dict[str, Any], data: bytes | None, max_data: int = _frames.MAX_FRAME
+        self, header: dict[str, Any], data: bytes | None, max_data: int = frames.MAX_FRAME
     ) -> tuple[dict[str, Any], bytes | None]:
         """One round trip with the sandbox's init.
 
@@ -151,8 +154,8 @@ class NamespaceBox(Box):
             error: Exception | None = None
             try:
                 self._sock.settimeout(REQUEST_SECONDS)
-                _frames.send(self._sock, {**header, "id": rid}, data)
-                reply = _frames.recv(self._sock, REPLY_HEADER_MAX, max_data)
+                frames.send(self._sock, {**header, "id": rid}, data)
+                reply = frames.recv(self._sock, REPLY_HEADER_MAX, max_data)
                 if reply is not None and reply[0].get("id") != rid:
                     got = reply[0].get("id")
                     reply, error = None, ValueError(f"reply to request {got!r}, expected {rid}")
@@ -337,7 +340,7 @@ class NamespaceBackend(Backend):
     """Starts namespace sandboxes (host root required)."""
 
     level = "namespaces"
-    #: Most processes one sandbox may have at once (all its users together; see ``_init.make_userns``).
+    #: Most processes one sandbox may have at once (all its users together; see ``sandbox_init.make_userns``).
     max_procs = MAX_PROCS
 
     def __init__(
@@ -349,6 +352,10 @@ class NamespaceBackend(Backend):
     ) -> None:
         self.root = root
         self.reason = reason
+        # The builder runs assembled (its standalone imports embedded) and isolated: under -I
+        # nothing but the standard library is importable, not even the script's own directory.
+        init = root / INIT_SCRIPT
+        init.write_text(assemble.script("sandbox_init"), encoding="utf-8")
         self._life_r, self._life_w = os.pipe()  # both close-on-exec; the read end is passed explicitly
         # A Python-level fork of the emulator must not keep the lifeline open (exec closes it).
         # The hook cannot be unregistered, so close() empties the holder before the fd is freed.
@@ -377,7 +384,7 @@ class NamespaceBackend(Backend):
         self._ctl, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._zygote = subprocess.Popen(
-                [sys.executable, "-S", "-E", "-s", INIT_SCRIPT, str(zygote_end.fileno()), str(self._life_r)],
+                [sys.executable, "-I", "-S", str(init), str(zygote_end.fileno()), str(self._life_r)],
                 pass_fds=(zygote_end.fileno(), self._life_r),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -494,7 +501,7 @@ class NamespaceBackend(Backend):
                 child.close()
             parent.settimeout(START_SECONDS)
             try:
-                reply = _frames.recv(parent)
+                reply = frames.recv(parent)
             except (OSError, ValueError) as exc:  # TimeoutError included
                 raise InfrastructureError(f"sandbox {sandbox_id} could not start: {exc!r}") from None
             if reply is None or "error" in reply[0]:

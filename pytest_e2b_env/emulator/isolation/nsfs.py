@@ -2,26 +2,29 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
+
+from pytest_e2b_env.standalone.fsops import MAX_DEPTH, MAX_ENTRIES, MAX_READ, normalize
 
 from .api import SandboxFS, check_user, home_of
-from .fsops import MAX_DEPTH, MAX_ENTRIES, MAX_READ, normalize
 
-if TYPE_CHECKING:
-    from .namespaces import NamespaceBox
+#: One round trip with a sandbox's init: (header, data, largest reply data) -> (header, data).
+#: ``NamespaceBox.request`` is the one the emulator passes.
+InitRequest = Callable[[dict[str, Any], bytes | None, int], tuple[dict[str, Any], bytes | None]]
 
 
 class NamespaceFS(SandboxFS):
     """Files of a namespace sandbox, served by its init with the asking user's permissions."""
 
-    def __init__(self, box: NamespaceBox) -> None:
-        self._box = box
+    def __init__(self, request: InitRequest) -> None:
+        self._request = request
 
     def _call(
         self, op: str, path: str, user: str, data: bytes | None = None, max_data: int = 1 << 20, **extra: Any
     ) -> Any:
         path = normalize(path, home_of(check_user(user)))
-        header, payload = self._box.request({"op": op, "path": path, "user": user, **extra}, data, max_data)
+        header, payload = self._request({"op": op, "path": path, "user": user, **extra}, data, max_data)
         if "errno" in header:
             raise OSError(int(header["errno"]), str(header.get("message", "")), path)
         if "value_error" in header:

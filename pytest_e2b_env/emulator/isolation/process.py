@@ -20,9 +20,16 @@ from typing import Any
 
 from pytest_e2b_env.errors import CleanupError
 from pytest_e2b_env.settings import ENV_SANDBOX_MARKER
+from pytest_e2b_env.standalone.fsops import (
+    MAX_DEPTH,
+    MAX_ENTRIES,
+    MAX_READ,
+    RootedFS,
+    normalize,
+    remove_tree_quietly,
+)
 
 from .api import Backend, Box, SandboxFS, check_sandbox_id, check_user, envd_env, home_of
-from .fsops import MAX_DEPTH, MAX_ENTRIES, MAX_READ, RootedFS, normalize, remove_tree_quietly
 
 #: Every command carries this variable so kill() can find processes that left the session.
 MARKER = ENV_SANDBOX_MARKER

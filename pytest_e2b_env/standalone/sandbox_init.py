@@ -1,4 +1,4 @@
-"""Builds namespace sandboxes and serves as their pid 1. Run as ``python -S -E -s _init.py CTL LIFELINE``.
+"""Builds namespace sandboxes and serves as their pid 1: ``python -I -S init.py CTL LIFELINE``, assembled.
 
 The emulator (host root) starts this script once per backend as a "zygote": it imports
 everything once, then forks one builder per sandbox on request (the request carries the
@@ -37,10 +37,9 @@ import struct
 import sys
 from typing import Any
 
-import _frames  # sibling files, imported top-level by design
-import _linux as L
-import fsops
-from _upper import HOSTNAME, USER_UID, build_upper
+from . import frames, fsops
+from . import linux as L
+from .upper_layer import HOSTNAME, USER_UID, build_upper
 
 DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 
@@ -140,7 +139,7 @@ def idmapped_lower(lower: str, userns_fd: int) -> None:
     L.mount(None, "/", None, L.MS_REC | L.MS_PRIVATE)
     tree = L.open_tree(L.AT_FDCWD, "/", L.OPEN_TREE_CLONE | L.OPEN_TREE_CLOEXEC)
     try:
-        L.mount_setattr_idmap(tree, userns_fd, L.MOUNT_ATTR_RDONLY)
+        L.mount_setattr(tree, "", L.AT_EMPTY_PATH, L.MOUNT_ATTR_IDMAP | L.MOUNT_ATTR_RDONLY, userns_fd)
         L.move_mount(tree, lower, L.MOVE_MOUNT_F_EMPTY_PATH)
     finally:
         os.close(tree)
@@ -234,7 +233,7 @@ class Agent:
         files (non-blocking opens, regular files only, capped sizes, iterative walks): a
         request the init cannot finish would leave the channel out of step.
         """
-        msg = _frames.recv(self.sock)
+        msg = frames.recv(self.sock)
         if msg is None:
             return False
         req, data = msg
@@ -253,7 +252,7 @@ class Agent:
         finally:
             L.setfsuid(0)
             L.setfsgid(0)
-        _frames.send(self.sock, *reply)
+        frames.send(self.sock, *reply)
         return True
 
     def run(self, req: dict[str, Any], data: bytes | None) -> tuple[Any, bytes | None]:
@@ -312,7 +311,7 @@ def init_main(cfg: dict[str, Any], sock: socket.socket, lifeline: int) -> None:
     os.closerange(low, 1 << 16)
     signal.signal(signal.SIGCHLD, reap)
     agent = Agent(sock)
-    _frames.send(sock, {"ready": True, "init_pid": outside_pid, "disk_quota": cfg["disk_quota"]})
+    frames.send(sock, {"ready": True, "init_pid": outside_pid, "disk_quota": cfg["disk_quota"]})
     sel = selectors.DefaultSelector()
     sel.register(lifeline, selectors.EVENT_READ)
     sel.register(sock, selectors.EVENT_READ)
@@ -341,11 +340,11 @@ def build_sandbox(cfg: dict[str, Any], sock: socket.socket, lifeline: int) -> No
             try:
                 init_main(cfg, sock, lifeline)
             except BaseException as exc:
-                _frames.send(sock, {"error": f"sandbox init failed: {type(exc).__name__}: {exc}"})
+                frames.send(sock, {"error": f"sandbox init failed: {type(exc).__name__}: {exc}"})
             finally:
                 os._exit(1)
     except BaseException as exc:
-        _frames.send(sock, {"error": f"sandbox setup failed: {type(exc).__name__}: {exc}"})
+        frames.send(sock, {"error": f"sandbox setup failed: {type(exc).__name__}: {exc}"})
         os._exit(1)
     os._exit(0)
 
@@ -376,7 +375,7 @@ def zygote(ctl: socket.socket, lifeline: int) -> None:
             try:
                 pid = os.fork()
             except OSError as exc:
-                _frames.send(sock, {"error": f"fork failed: {exc}"})
+                frames.send(sock, {"error": f"fork failed: {exc}"})
                 sock.close()
                 continue
             if pid == 0:
@@ -387,7 +386,7 @@ def zygote(ctl: socket.socket, lifeline: int) -> None:
 
 
 def main() -> None:
-    """Entry point: ``_init.py CTL_FD LIFELINE_FD`` runs the zygote."""
+    """Entry point: ``init.py CTL_FD LIFELINE_FD`` (this module assembled) runs the zygote."""
     ctl = socket.socket(fileno=int(sys.argv[1]))
     zygote(ctl, int(sys.argv[2]))
 

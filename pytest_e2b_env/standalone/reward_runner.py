@@ -1,11 +1,12 @@
 """In-sandbox runner: runs candidate programs on each test input, every case isolated.
 
-This file is package data. It is uploaded to each worker once and runs there as sandbox root
-under ``/usr/bin/python3`` (standard library only; it never imports pytest_e2b_env). One
-invocation evaluates one candidate, or a batch of them side by side: the host sends a header
-line and the payload on stdin (a heredoc in the same command, so a batch costs one round trip)
-and reads one JSON line from stdout. Expected outputs never come here; the host grades. Each
-program lies in its own directory under ``jobs`` (0711: a case cannot list its neighbours').
+This module is uploaded to each worker once, assembled (``linux`` embedded: see
+``standalone/assemble.py``), and runs there as sandbox root under ``/usr/bin/python3 -I -B -S``
+(standard library only; it never imports pytest_e2b_env). One invocation evaluates one
+candidate, or a batch of them side by side: the host sends a header line and the payload on
+stdin (a heredoc in the same command, so a batch costs one round trip) and reads one JSON line
+from stdout. Expected outputs never come here; the host grades. Each program lies in its own
+directory under ``jobs`` (0711: a case cannot list its neighbours').
 
 Each case runs in a fresh process tree:
 
@@ -40,38 +41,15 @@ import socket
 import sys
 import time
 
-CLONE_NEWNS = 0x00020000
-CLONE_NEWUTS = 0x04000000
-CLONE_NEWIPC = 0x08000000
-CLONE_NEWPID = 0x20000000
-CLONE_NEWNET = 0x40000000
-CLONE_NEWUSER = 0x10000000
-MS_RDONLY = 1
-MS_NOSUID = 2
-MS_NODEV = 4
-MS_NOEXEC = 8
-MS_REMOUNT = 32
-MS_BIND = 4096
-MS_REC = 16384
-MS_PRIVATE = 1 << 18
-AT_FDCWD = -100
-AT_RECURSIVE = 0x8000
-MOUNT_ATTR_RDONLY = 0x1
-MOUNT_ATTR_NOSUID = 0x2
-SYS_MOUNT_SETATTR = 442  # x86-64 and aarch64 share this number
-PR_SET_NO_NEW_PRIVS = 38
-PR_CAPBSET_DROP = 24
-PR_SET_PDEATHSIG = 1
-PR_SET_SECCOMP = 22
-SECCOMP_MODE_FILTER = 2
-NOBODY = 65534
+from . import linux as L
+
 PYTHON = "/usr/bin/python3"
 HOME = os.path.dirname(os.path.abspath(__file__))
 INBOX = os.path.join(HOME, "inbox")  # root-only uploads (protocol.INBOX_DIR)
 SETUP_SECONDS = 10.0
 
-# The seccomp filter of every case. Per architecture: the AUDIT_ARCH value and the numbers of
-# the system calls it refuses. Why each is refused:
+# The seccomp filter of every case: the system calls it refuses (their numbers per architecture
+# are in ``linux.SYSCALLS``). Why each is refused:
 # * unshare, setns, clone with any CLONE_NEW* flag: a user namespace of its own gives the
 #   program every capability over new mounts (a tmpfs of any size, past the scratch limit);
 # * clone3: its flags sit behind a pointer a filter cannot read; ENOSYS makes libc fall
@@ -82,21 +60,10 @@ SETUP_SECONDS = 10.0
 # * memfd_create, memfd_secret, shmget, msgget, semget, bpf: memory there (a memfd, SysV
 #   segments, queues and semaphore arrays, BPF maps) is charged to no process's address space,
 #   so it would escape the per-case budget of NPROC x RLIMIT_AS.
-SECCOMP_ARCHES = {
-    "x86_64": (
-        0xC000003E,
-        {"unshare": 272, "setns": 308, "clone": 56, "clone3": 435, "add_key": 248,
-         "request_key": 249, "keyctl": 250, "memfd_create": 319, "memfd_secret": 447,
-         "shmget": 29, "msgget": 68, "semget": 64, "bpf": 321},
-    ),
-    "aarch64": (
-        0xC00000B7,
-        {"unshare": 97, "setns": 268, "clone": 220, "clone3": 435, "add_key": 217,
-         "request_key": 218, "keyctl": 219, "memfd_create": 279, "memfd_secret": 447,
-         "shmget": 194, "msgget": 186, "semget": 190, "bpf": 280},
-    ),
-}  # fmt: skip
-CLONE_NAMESPACES = 0x7E020000  # NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
+REFUSED = (
+    "unshare", "setns", "clone", "clone3", "add_key", "request_key", "keyctl",
+    "memfd_create", "memfd_secret", "shmget", "msgget", "semget", "bpf",
+)  # fmt: skip
 X32_SYSCALL_BIT = 0x40000000
 SECCOMP_RET_KILL_PROCESS = 0x80000000
 SECCOMP_RET_ERRNO = 0x00050000
@@ -107,56 +74,33 @@ BPF_JGE_K = 0x35
 BPF_JSET_K = 0x45
 BPF_RET_K = 0x06
 
-_libc = ctypes.CDLL(None, use_errno=True)
-
 
 class SetupError(Exception):
     """The isolation could not be built; the worker is unusable."""
 
 
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        err = ctypes.get_errno()
-        raise SetupError(f"{what}: {os.strerror(err)} (errno {err})")
-
-
-def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
-    _check(
-        _libc.mount(
-            None if source is None else source.encode(),
-            target.encode(),
-            None if fstype is None else fstype.encode(),
-            ctypes.c_ulong(flags),
-            None if data is None else data.encode(),
-        ),
-        f"mount {target}",
-    )
-
-
-class _MountAttr(ctypes.Structure):
-    _fields_ = [
-        ("attr_set", ctypes.c_uint64),
-        ("attr_clr", ctypes.c_uint64),
-        ("propagation", ctypes.c_uint64),
-        ("userns_fd", ctypes.c_uint64),
-    ]
+def _unshare_ok(flags: int) -> bool:
+    """Whether unshare(2) with ``flags`` succeeds here (in a child: it changes the caller)."""
+    try:
+        L.unshare(flags)
+    except OSError:
+        return False
+    return True
 
 
 def _readonly_tree() -> None:
     """Make every mount of this (private) mount namespace read-only and nosuid."""
-    attr = _MountAttr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, 0, 0)
-    rc = _libc.syscall(
-        SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)
-    )
-    if rc == 0:
+    try:
+        L.mount_setattr(L.AT_FDCWD, "/", L.AT_RECURSIVE, L.MOUNT_ATTR_RDONLY | L.MOUNT_ATTR_NOSUID)
         return
-    if ctypes.get_errno() != errno.ENOSYS:
-        _check(rc, "mount_setattr / read-only")
+    except OSError as exc:
+        if exc.errno != errno.ENOSYS:
+            raise
     # Older kernels: remount each mount point read-only, deepest last is fine for bind remounts.
     with open("/proc/self/mountinfo", encoding="utf-8") as fh:
         points = [line.split()[4].replace("\\040", " ") for line in fh]
     for point in points:
-        _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, None)
+        L.mount(None, point, None, L.MS_REMOUNT | L.MS_BIND | L.MS_RDONLY | L.MS_NOSUID)
 
 
 class _SockFilter(ctypes.Structure):
@@ -175,9 +119,9 @@ class _SockFprog(ctypes.Structure):
 def _seccomp_program() -> list[tuple[int, int, int, int]]:
     """The case filter as classic BPF over ``struct seccomp_data`` (nr at 0, arch at 4, args at 16)."""
     machine = os.uname().machine
-    if machine not in SECCOMP_ARCHES:
+    if machine not in L.AUDIT_ARCH:
         raise SetupError(f"seccomp filter: unsupported architecture {machine!r} (x86_64 or aarch64)")
-    arch, numbers = SECCOMP_ARCHES[machine]
+    arch, numbers = L.AUDIT_ARCH[machine], {name: L.SYSCALLS[machine][name] for name in REFUSED}
     eperm, enosys = SECCOMP_RET_ERRNO | errno.EPERM, SECCOMP_RET_ERRNO | errno.ENOSYS
     prog = [
         (BPF_LD_W_ABS, 0, 0, 4),
@@ -193,7 +137,7 @@ def _seccomp_program() -> list[tuple[int, int, int, int]]:
     prog += [
         (BPF_JEQ_K, 0, 3, numbers["clone"]),
         (BPF_LD_W_ABS, 0, 0, 16),  # low half of args[0] (little endian): the clone flags
-        (BPF_JSET_K, 0, 1, CLONE_NAMESPACES),
+        (BPF_JSET_K, 0, 1, L.CLONE_NAMESPACES),
         (BPF_RET_K, 0, 0, eperm),
         (BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW),
     ]
@@ -209,7 +153,7 @@ def _seccomp_fprog() -> tuple[_SockFprog, ctypes.Array]:
 
 def _install_seccomp(fprog: _SockFprog) -> None:
     """Load the filter into this process; inherited by every child and kept across exec."""
-    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp filter")
+    L.prctl(L.PR_SET_SECCOMP, L.SECCOMP_MODE_FILTER, ctypes.addressof(fprog))
 
 
 def _make_userns() -> int:
@@ -226,7 +170,7 @@ def _make_userns() -> int:
         try:
             os.close(ready_r)
             os.close(hold_w)
-            ok = _libc.unshare(CLONE_NEWUSER) == 0
+            ok = _unshare_ok(L.CLONE_NEWUSER)
             os.write(ready_w, b"u" if ok else b"!")
             os.read(hold_r, 1)  # until A holds the namespace
         finally:
@@ -240,7 +184,7 @@ def _make_userns() -> int:
         for name in ("uid_map", "gid_map"):
             fd = os.open(f"/proc/{pid}/{name}", os.O_WRONLY)
             try:
-                os.write(fd, f"{NOBODY} {NOBODY} 1\n".encode())
+                os.write(fd, f"{L.NOBODY} {L.NOBODY} 1\n".encode())
             finally:
                 os.close(fd)
         return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
@@ -282,21 +226,21 @@ def _isolate_and_exec(
         # Built before RLIMIT_AS applies, so no allocation of the runner's can fail after it.
         seccomp = _seccomp_fprog() if iso.get("seccomp") else None
         if iso["mount_private"]:
-            _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+            L.mount(None, "/", None, L.MS_REC | L.MS_PRIVATE)
         if iso["readonly_root"]:
             _readonly_tree()
         if iso["pid"]:
-            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+            L.mount("proc", "/proc", "proc", L.MS_NOSUID | L.MS_NODEV | L.MS_NOEXEC)
         if iso["private_tmp"]:
             scratch = f"size={limits['scratch_bytes']},mode=1777"
-            _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, scratch)
+            L.mount("tmpfs", "/tmp", "tmpfs", L.MS_NOSUID | L.MS_NODEV, scratch)
             if os.path.isdir("/dev/shm"):
-                _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, scratch)
+                L.mount("tmpfs", "/dev/shm", "tmpfs", L.MS_NOSUID | L.MS_NODEV | L.MS_NOEXEC, scratch)
         os.chdir("/tmp")
         if userns_fd is not None:
             # Its mounts are done (they stay the worker root's); from here on B is root of
             # the case's own user namespace, where only uid 65534 exists.
-            _check(_libc.setns(userns_fd, CLONE_NEWUSER), "setns user namespace")
+            L.setns(userns_fd, L.CLONE_NEWUSER)
             os.close(userns_fd)
         if go is not None:
             code_path, stdin_fd = _await_go(go)
@@ -317,7 +261,9 @@ def _isolate_and_exec(
         devnull = os.open("/dev/null", os.O_WRONLY)
         if iso["drop_privileges"]:
             for cap in range(64):
-                if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+                try:
+                    L.prctl(L.PR_CAPBSET_DROP, cap)
+                except OSError:
                     break  # EINVAL past the last capability the kernel knows
         if seccomp is not None:
             # Still root here (CAP_SYS_ADMIN in the worker): the filter does not depend on
@@ -325,10 +271,10 @@ def _isolate_and_exec(
             _install_seccomp(seccomp[0])
         if iso["drop_privileges"]:
             os.setgroups([])
-            os.setresgid(NOBODY, NOBODY, NOBODY)
-            os.setresuid(NOBODY, NOBODY, NOBODY)
+            os.setresgid(L.NOBODY, L.NOBODY, L.NOBODY)
+            os.setresuid(L.NOBODY, L.NOBODY, L.NOBODY)
         if iso["no_new_privs"]:
-            _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+            L.prctl(L.PR_SET_NO_NEW_PRIVS, 1)
         os.dup2(stdin_fd, 0)
         os.dup2(out_fd, 1)
         os.dup2(devnull, 2)
@@ -486,13 +432,13 @@ def _supervise(
     began = time.monotonic()
     try:
         iso = spec["isolation"]
-        flags = CLONE_NEWIPC | CLONE_NEWUTS
-        flags |= CLONE_NEWNS if iso["mount_private"] else 0
-        flags |= CLONE_NEWPID if iso["pid"] else 0
-        flags |= CLONE_NEWNET if iso["network"] else 0
+        flags = L.CLONE_NEWIPC | L.CLONE_NEWUTS
+        flags |= L.CLONE_NEWNS if iso["mount_private"] else 0
+        flags |= L.CLONE_NEWPID if iso["pid"] else 0
+        flags |= L.CLONE_NEWNET if iso["network"] else 0
         # before the pid namespace: its helper must not become the namespace's pid 1
         userns_fd = _make_userns() if spec["userns"] else None
-        _check(_libc.unshare(flags), "unshare")
+        L.unshare(flags)
         # before the fork: the case's pid 1 mounts a fresh /proc of its own namespace over this one
         proc_fd = _open_proc()
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
@@ -882,7 +828,7 @@ def preflight(spec: dict, code: bytes) -> dict:
                 pass  # no inbox: the probe then reports inputs_private false
             probe = run_case(spec, code_path, json.dumps(probe_input).encode())
             # The probe's daemon still carries the job path (with the nonce) in its command line.
-            leftovers = _processes_of(NOBODY, spec["nonce"])
+            leftovers = _processes_of(L.NOBODY, spec["nonce"])
             slow = dict(spec, case_seconds=0.15)
             sleeper_path = os.path.join(job_dir, "sleeper.py")
             with open(sleeper_path, "w", encoding="utf-8") as fh:
@@ -920,7 +866,7 @@ def _userns_available() -> bool:
         return False
     pid = os.fork()
     if pid == 0:
-        os._exit(0 if _libc.unshare(CLONE_NEWUSER) == 0 else 1)
+        os._exit(0 if _unshare_ok(L.CLONE_NEWUSER) else 1)
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
 
 

@@ -1,6 +1,7 @@
 """Isolation probe: runs inside a case sandbox exactly like a candidate and reports what it sees.
 
-Package data, standard library only. Reads its expectations as JSON on stdin (which also proves
+Standard library only; it goes to the worker assembled (``linux`` embedded), as the program of
+the preflight's request. Reads its expectations as JSON on stdin (which also proves
 stdin is fed) and prints one JSON object of named checks, each ``true`` when the isolation holds.
 It leaves a ``setsid`` daemon behind on purpose: the runner then proves from outside that the
 daemon died with the case. The refused system calls (user namespaces, keyrings, memfd, SysV
@@ -11,16 +12,14 @@ import ctypes
 import errno
 import json
 import os
-import platform
 import resource
 import signal
 import socket
 import sys
 import time
 
-NOBODY = 65534
-CLONE_NEWUSER = 0x10000000
-CLONE_NEWNS = 0x00020000
+from . import linux as L
+
 KEY_SPEC_SESSION_KEYRING = -3
 KEY_SPEC_USER_KEYRING = -4
 KEY_SPEC_USER_SESSION_KEYRING = -5
@@ -29,20 +28,14 @@ IPC_CREAT = 0o1000
 IPC_RMID = 0
 BPF_MAP_CREATE = 0
 BPF_MAP_TYPE_ARRAY = 2
-# unshare, clone, clone3, add_key, request_key, keyctl, setns, bpf
-SYSCALLS = {
-    "x86_64": (272, 56, 435, 248, 249, 250, 308, 321),
-    "aarch64": (97, 220, 435, 217, 218, 219, 268, 280),
-}
-
-libc = ctypes.CDLL(None, use_errno=True)
-libc.syscall.restype = ctypes.c_long
 
 
-def _syscall(nr, *args):
+def _syscall(name, *args):
     """errno of a raw system call, 0 when it succeeded."""
     ctypes.set_errno(0)
-    result = libc.syscall(ctypes.c_long(nr), *(ctypes.c_long(a) if isinstance(a, int) else a for a in args))
+    result = L.libc.syscall(
+        ctypes.c_long(L.nr(name)), *(ctypes.c_long(a) if isinstance(a, int) else a for a in args)
+    )
     return 0 if result >= 0 else ctypes.get_errno() or -1
 
 
@@ -98,16 +91,15 @@ def _start_daemon():
     return pid
 
 
-def _userns_denied(numbers):
+def _userns_denied():
     """No user namespace by unshare or clone (which would allow mounts), clone3 hidden (ENOSYS)."""
-    unshare, clone, clone3, _, _, _, setns, _ = numbers
-    if _syscall(unshare, CLONE_NEWUSER | CLONE_NEWNS) == 0:
+    if _syscall("unshare", L.CLONE_NEWUSER | L.CLONE_NEWNS) == 0:
         return False
-    if _syscall(unshare, CLONE_NEWNS) == 0:
+    if _syscall("unshare", L.CLONE_NEWNS) == 0:
         return False
     ctypes.set_errno(0)
-    pid = libc.syscall(
-        ctypes.c_long(clone), ctypes.c_long(CLONE_NEWUSER | signal.SIGCHLD), *[ctypes.c_long(0)] * 4
+    pid = L.libc.syscall(
+        ctypes.c_long(L.nr("clone")), ctypes.c_long(L.CLONE_NEWUSER | signal.SIGCHLD), *[ctypes.c_long(0)] * 4
     )
     if pid == 0:
         os._exit(0)  # the child of a clone that should have been refused: leave at once
@@ -116,20 +108,19 @@ def _userns_denied(numbers):
         return False
     with open("/proc/self/ns/user", "rb") as fh:
         target = fh.fileno()
-        if _syscall(setns, target, 0) != errno.EPERM:  # refused by the filter, not by the kernel
+        if _syscall("setns", target, 0) != errno.EPERM:  # refused by the filter, not by the kernel
             return False
-    return _syscall(clone3, None, 0) == errno.ENOSYS
+    return _syscall("clone3", None, 0) == errno.ENOSYS
 
 
-def _keyring_denied(numbers):
+def _keyring_denied():
     """No keyring is reachable: nothing can be left for, or read from, another case."""
-    _, _, _, add_key, request_key, keyctl, _, _ = numbers
     for ring in (KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING, KEY_SPEC_SESSION_KEYRING):
-        if _syscall(keyctl, KEYCTL_GET_KEYRING_ID, ring, 0) == 0:
+        if _syscall("keyctl", KEYCTL_GET_KEYRING_ID, ring, 0) == 0:
             return False
-        if _syscall(add_key, b"user", b"pe2b-probe", b"x", 1, ring) == 0:
+        if _syscall("add_key", b"user", b"pe2b-probe", b"x", 1, ring) == 0:
             return False
-    return _syscall(request_key, b"user", b"pe2b-probe", None, 0) == errno.EPERM
+    return _syscall("request_key", b"user", b"pe2b-probe", None, 0) == errno.EPERM
 
 
 def _in_child(check, *args):
@@ -157,25 +148,25 @@ def _sysv_ipc_denied():
     """No SysV segment, queue or semaphore array (IPC_PRIVATE): kernel memory of no process."""
     made = False
     for create, remove, args in (
-        (libc.shmget, libc.shmctl, (1 << 20,)),
-        (libc.msgget, libc.msgctl, ()),
-        (libc.semget, libc.semctl, (1,)),
+        (L.libc.shmget, L.libc.shmctl, (1 << 20,)),
+        (L.libc.msgget, L.libc.msgctl, ()),
+        (L.libc.semget, L.libc.semctl, (1,)),
     ):
         ident = create(0, *args, IPC_CREAT | 0o600)
         if ident >= 0:
             made = True
-            if remove is libc.semctl:
+            if remove is L.libc.semctl:
                 remove(ident, 0, IPC_RMID)
             else:
                 remove(ident, IPC_RMID, None)
     return not made
 
 
-def _bpf_denied(numbers):
+def _bpf_denied():
     """No BPF map (kernel memory charged to no address space)."""
     attr = (ctypes.c_uint32 * 32)(BPF_MAP_TYPE_ARRAY, 4, 1 << 20, 1)
     ctypes.set_errno(0)
-    fd = libc.syscall(ctypes.c_long(numbers[7]), ctypes.c_long(BPF_MAP_CREATE), attr, ctypes.c_long(128))
+    fd = L.libc.syscall(ctypes.c_long(L.nr("bpf")), ctypes.c_long(BPF_MAP_CREATE), attr, ctypes.c_long(128))
     if fd >= 0:
         os.close(fd)
         return False
@@ -249,8 +240,8 @@ def main():
     spec = json.loads(sys.stdin.read())
     limits = spec["limits"]
     checks = {}
-    checks["uid_nobody"] = os.getuid() == os.geteuid() == NOBODY and os.getgid() == os.getegid() == NOBODY
-    checks["no_groups"] = os.getgroups() in ([], [NOBODY])
+    checks["uid_nobody"] = os.getuid() == os.geteuid() == L.NOBODY and os.getgid() == os.getegid() == L.NOBODY
+    checks["no_groups"] = os.getgroups() in ([], [L.NOBODY])
     checks["root_readonly"] = bool(os.statvfs("/").f_flag & os.ST_RDONLY)
     checks["writes_blocked"] = all(_blocked_write(d) for d in spec["forbidden_writes"] if os.path.isdir(d))
     checks["pid_namespace"] = os.getpid() == 1 and (
@@ -266,7 +257,7 @@ def main():
     checks["ipc_namespace"] = os.stat("/proc/self/ns/ipc").st_ino != spec["outer_ipcns"]
     checks["uts_namespace"] = os.stat("/proc/self/ns/uts").st_ino != spec["outer_utsns"]
     checks["own_userns"] = os.stat("/proc/self/ns/user").st_ino != spec["outer_userns"] and all(
-        _id_map(name) == [[NOBODY, NOBODY, 1]] for name in ("uid_map", "gid_map")
+        _id_map(name) == [[L.NOBODY, L.NOBODY, 1]] for name in ("uid_map", "gid_map")
     )
     checks["only_loopback"] = {name for _, name in socket.if_nameindex()} <= {"lo"}
     checks["loopback_unreachable"] = _connect_fails("127.0.0.1", spec["listen_port"])
@@ -284,12 +275,12 @@ def main():
         resource.getrlimit(res) == (limits[key], limits[key]) for key, res in expected.items()
     ) and resource.getrlimit(resource.RLIMIT_MSGQUEUE) == (0, 0)
     checks["fsize_enforced"] = _fsize_enforced(limits["fsize_bytes"])
-    numbers = SYSCALLS.get(platform.machine())
-    checks["userns_denied"] = numbers is not None and _in_child(_userns_denied, numbers)
-    checks["keyring_denied"] = numbers is not None and _in_child(_keyring_denied, numbers)
+    known = L.supported_arch()
+    checks["userns_denied"] = known and _in_child(_userns_denied)
+    checks["keyring_denied"] = known and _in_child(_keyring_denied)
     checks["memfd_denied"] = _memfd_denied()
     checks["sysv_ipc_denied"] = _sysv_ipc_denied()
-    checks["bpf_denied"] = numbers is not None and _bpf_denied(numbers)
+    checks["bpf_denied"] = known and _bpf_denied()
     checks["nproc_enforced"] = _nproc_enforced(limits["nproc"])
     checks["inputs_private"] = _upload_unreadable(spec["upload"])
     checks["programs_unlisted"] = _unlisted(spec["jobs"])
@@ -300,4 +291,5 @@ def main():
     print(json.dumps({"checks": checks}))
 
 
-main()
+if __name__ == "__main__":
+    main()

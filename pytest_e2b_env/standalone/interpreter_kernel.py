@@ -1,10 +1,10 @@
 """The Python kernel that runs INSIDE a sandbox: persistent globals, IPython-shaped messages.
 
-Shipped as package data and started by the emulator through the sandbox's own process
-machinery (``python3 -c <bootstrap>``, the source arriving on stdin), so it sees exactly the
-files, namespaces and limits a command sees. It imports the standard library only: the
-sandbox's ``python3`` has none of the emulator's packages. It is one file on purpose: the
-whole source is what the sandbox receives.
+Started by the emulator through the sandbox's own process machinery (``python3 -c
+<bootstrap>``, its assembled source arriving on stdin), so it sees exactly the files,
+namespaces and limits a command sees. It imports the standard library only: the sandbox's
+``python3`` has none of the emulator's packages. It imports no other standalone module either,
+so the sandbox receives this file as it is.
 
 Protocol (one JSON object per line). Requests on the original stdin::
 

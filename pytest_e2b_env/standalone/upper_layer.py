@@ -4,7 +4,7 @@ Account files (``user`` = uid 1000, generated shadow files without host hashes, 
 entry), opaque empty directories over private places and whiteouts over host entries the
 sandbox must not see. Owners are shifted into the sandbox's uid range (``base`` + id).
 
-Standalone on purpose: the init helper imports this file as a top-level module.
+Run by the sandbox's builder (``sandbox_init``), as host root.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Length-prefixed frames on the emulator <-> sandbox init control socket.
 
-Standalone on purpose: the init helper imports this file as a top-level module.
+Both ends use this module: the emulator (``namespaces``) and the sandbox's init (``sandbox_init``).
 A message is one JSON frame, optionally followed by one raw data frame (``has_data``).
 Requests carry an ``id`` that the reply repeats, so a reply can never be taken for the
 answer to another request; a reader caps the frame sizes it accepts.

@@ -5,9 +5,8 @@ for the sandbox's "/", so a symlink planted by the sandbox (to ``/etc/shadow`` o
 resolves inside the sandbox, never onto host files. The final component of ``stat``,
 ``remove`` and ``move`` is handled with ``*at`` calls on its parent and never followed.
 
-Standalone on purpose: the namespace level runs this module inside the sandbox's init helper
-(a ``python -S`` interpreter that imports it as a top-level module), with the permission
-checks of the requesting user; the process level runs it in the emulator.
+The namespace level runs this module inside the sandbox's init (``sandbox_init``), with the
+permission checks of the requesting user; the process level runs it in the emulator.
 """
 
 from __future__ import annotations
@@ -23,13 +22,10 @@ import stat as st
 from collections.abc import Iterator
 from typing import Any
 
+from . import linux as L
+
 _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_IN_ROOT = 0x10
-_NR_OPENAT2 = 437  # the same on every architecture
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
-
 
 #: Defaults when the caller passes no limit (the emulator always passes its own).
 MAX_READ = 64 << 20
@@ -280,8 +276,8 @@ class RootedFS:
         """openat2 below the root; ``path`` is an absolute sandbox path; symlinks stay inside."""
         how = _OpenHow(flags | os.O_CLOEXEC, mode, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
         rel = path.lstrip("/") or "."
-        fd = _libc.syscall(
-            _NR_OPENAT2,
+        fd = L.libc.syscall(
+            L.nr("openat2"),
             ctypes.c_int(self.root_fd),
             rel.encode(),
             ctypes.byref(how),
