@@ -76,7 +76,15 @@ def serve_forever(
     imports. ``die_with_parent`` ties this process to its starter (``Emulator()``).
     """
     sock = bind(host, port)
-    if die_with_parent:
+    unprivileged = None
+    if isolation != "process":
+        # Not root: the namespaces level runs in a user namespace of this process's own, entered
+        # before any thread exists (the server's threads start below).
+        from pytest_e2b_env.emulator.isolation.rootless import enter
+
+        _, why = enter()
+        unprivileged = why or None
+    if die_with_parent:  # after entering: a change of credentials clears the parent-death signal
         _die_with_parent()
     from pytest_e2b_env.emulator import envd_stubs
 
@@ -84,4 +92,5 @@ def serve_forever(
     from pytest_e2b_env.emulator.server import load_backend, serve
     from pytest_e2b_env.settings import emulator_key
 
-    serve(sock, load_backend(isolation, limits), emulator_key() or new_api_key(), limits=limits)
+    backend = load_backend(isolation, limits, unprivileged)
+    serve(sock, backend, emulator_key() or new_api_key(), limits=limits)

@@ -23,15 +23,24 @@ if TYPE_CHECKING:
     from pytest_e2b_env.emulator.isolation.api import Backend
 
 
-def load_backend(isolation: str | None, limits: Limits | None = None) -> Backend:
-    """The isolation backend: the best available, or the level asked for, with the limits' quotas."""
+def load_backend(
+    isolation: str | None, limits: Limits | None = None, unprivileged: str | None = None
+) -> Backend:
+    """The isolation backend: the best available, or the level asked for, with the limits' quotas.
+
+    ``unprivileged``: why this process, not root, could not enter a user namespace of its own.
+    """
     from pytest_e2b_env.emulator.isolation import select_backend
 
     if isolation not in (None, "namespaces", "process"):
         raise EmulatorError(f"isolation={isolation!r} is not a level; use 'namespaces', 'process' or None")
     limits = limits if limits is not None else Limits()
     quotas = (limits.sandbox_memory_mb, limits.sandbox_disk_mb)
-    return select_backend(force=isolation, quotas=quotas)  # type: ignore[arg-type]  # checked just above
+    return select_backend(
+        force=isolation,  # type: ignore[arg-type]  # checked just above
+        quotas=quotas,
+        unprivileged=unprivileged,
+    )
 
 
 class _DropNoise(logging.Filter):

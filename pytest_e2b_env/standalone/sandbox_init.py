@@ -71,19 +71,25 @@ def private_layer(cfg: dict[str, Any]) -> bool:
     Mounted in a private mount namespace of the builder, so the host never sees it and it is
     freed with the sandbox's last process. Overlay needs user xattrs on its upper layer
     (``userxattr``): tmpfs has them since Linux 6.6; on older kernels the layer stays on the
-    host's disk without a quota.
+    host's disk without a quota. In the nested layout the tmpfs goes over ``/tmp`` of this
+    private namespace instead of the sandbox's directory (below ``/var``): in a user namespace a
+    mount below a system directory would lock that directory against becoming a lower layer.
     """
     L.unshare(L.CLONE_NEWNS)
     L.mount(None, "/", None, L.MS_REC | L.MS_PRIVATE)
     rw = cfg["rw"]
-    L.mount("tmpfs", rw, "tmpfs", 0, f"size={cfg['disk_mb']}m,nr_inodes={cfg['files']},mode=0755")
+    at = "/tmp" if cfg.get("skeleton") is not None else rw
+    L.mount("tmpfs", at, "tmpfs", 0, f"size={cfg['disk_mb']}m,nr_inodes={cfg['files']},mode=0755")
     try:
-        os.setxattr(rw, "user.pytest-e2b-env", b"1")
-        os.removexattr(rw, "user.pytest-e2b-env")
+        os.setxattr(at, "user.pytest-e2b-env", b"1")
+        os.removexattr(at, "user.pytest-e2b-env")
         capped = True
     except OSError:
-        L.umount2(rw, 0)
+        L.umount2(at, 0)
         capped = False
+    if capped and at != rw:
+        for key in ("upper", "work", "skeleton"):
+            cfg[key] = at + cfg[key][len(rw) :]
     for path in (cfg["upper"], cfg["work"]):
         os.mkdir(path, 0o755)
     return capped
@@ -92,13 +98,15 @@ def private_layer(cfg: dict[str, Any]) -> bool:
 # -- steps 2-4: namespaces --------------------------------------------------------------------
 
 
-def make_userns(base: int, max_procs: int) -> int:
-    """A user namespace mapping 0..65535 to base..base+65535, held by fd (its creator exits).
+def make_userns(base: int, max_procs: int, idmap: list[list[int]] | None = None) -> int:
+    """A user namespace mapping 0..65535 to base..base+65535 (or ``idmap``), held by fd.
 
-    The creator first becomes host uid ``base`` with RLIMIT_NPROC = ``max_procs``: the kernel
-    then caps the processes of the whole sandbox (every uid in it, root included) at that
-    number, because they all count against the namespace owner's ucounts. Without this a fork
-    bomb in one sandbox would exhaust the host's pid space.
+    The creator first becomes uid ``base`` (host root's view, or the emulator's user
+    namespace's) with RLIMIT_NPROC = ``max_procs``: the kernel then caps the processes of the
+    whole sandbox (every uid in it, root included) at that number, because they all count
+    against the namespace owner's ucounts, whatever the map says. Without this a fork bomb in
+    one sandbox would exhaust the host's pid space. ``idmap`` (``[inside, outside, count]``
+    lines) is what a sandbox gets inside the emulator's own user namespace: a few ids of its own.
     """
     ready_r, ready_w = os.pipe()
     hold_r, hold_w = os.pipe()
@@ -121,11 +129,12 @@ def make_userns(base: int, max_procs: int) -> int:
     try:
         if os.read(ready_r, 1) != b"1":
             raise OSError(errno.ECHILD, "user namespace child died")
-        # Written by host root, so any range is allowed; setgroups stays "allow" so
-        # setpriv --clear-groups and sudo work inside.
+        # Written by root (of the host or of the emulator's user namespace), so any range that
+        # root has is allowed; setgroups stays "allow" so setpriv --clear-groups and sudo work.
+        lines = "".join(f"{a} {b} {c}\n" for a, b, c in idmap) if idmap else f"0 {base} 65536\n"
         for name in ("uid_map", "gid_map"):
             with open(f"/proc/{pid}/{name}", "w") as fh:
-                fh.write(f"0 {base} 65536\n")
+                fh.write(lines)
         return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
     finally:
         os.close(ready_r)
@@ -152,8 +161,11 @@ def lo_up() -> None:
         fcntl.ioctl(s.fileno(), 0x8914, struct.pack("16sH14x", b"lo", iff_up_loopback_running))
 
 
-def enter_sandbox(cfg: dict[str, Any], userns_fd: int) -> None:
-    """Become the sandbox's root and create its other namespaces, then mount its root fs."""
+def enter_sandbox(cfg: dict[str, Any], userns_fd: int, overlays: list[str]) -> None:
+    """Become the sandbox's root and create its other namespaces, then mount its root fs.
+
+    ``overlays``: the nested layout's system directories, each its own overlay on the skeleton.
+    """
     if cfg["network"] == "own":
         # Created by host root, so sandbox root has no privilege in it (no raw sockets, routes
         # or sysctls): the emulator attaches a user-space stack whose rules then hold for any code.
@@ -171,8 +183,47 @@ def enter_sandbox(cfg: dict[str, Any], userns_fd: int) -> None:
     socket.sethostname(HOSTNAME)
     if cfg["network"] == "none":
         lo_up()
-    opts = f"lowerdir={cfg['lower']},upperdir={cfg['upper']},workdir={cfg['work']},userxattr"
-    L.mount("overlay", cfg["root"], "overlay", 0, opts)
+    if cfg.get("skeleton") is None:
+        opts = f"lowerdir={cfg['lower']},upperdir={cfg['upper']},workdir={cfg['work']},userxattr"
+        L.mount("overlay", cfg["root"], "overlay", 0, opts)
+        return
+    skeleton = cfg["root"] = cfg["skeleton"]
+    L.mount(skeleton, skeleton, None, L.MS_BIND | L.MS_REC)  # pivot_root wants a mount point
+    cfg["read_only"] = []
+    for name in overlays:
+        here = os.path.join(skeleton, name)
+        upper, work = os.path.join(cfg["upper"], name), os.path.join(cfg["work"], name)
+        try:
+            L.mount(
+                "overlay", here, "overlay", 0, f"lowerdir=/{name},upperdir={upper},workdir={work},userxattr"
+            )
+        except OSError:
+            # Mounts below /name are locked to it in this namespace, and overlayfs refuses a
+            # lower layer that would uncover what they hide: it is seen read-only, as it is,
+            # with what the sandbox must not see covered (an empty tmpfs, /dev/null).
+            read_only_tree(f"/{name}", here)
+            cfg["read_only"].append(name)
+            for rel in cfg.get("hidden") or ():
+                if rel.split("/", 1)[0] == name:
+                    cover(os.path.join(skeleton, rel))
+
+
+def cover(path: str) -> None:
+    """Hide what is at ``path`` (an empty private directory, or an empty file)."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        L.mount("tmpfs", path, "tmpfs", L.MS_NOSUID | L.MS_NODEV, "mode=1777,size=64m")
+    elif os.path.lexists(path):
+        L.mount("/dev/null", path, None, L.MS_BIND)
+
+
+def read_only_tree(source: str, target: str) -> None:
+    """Attach ``source`` with every mount below it, read-only, at ``target``."""
+    tree = L.open_tree(L.AT_FDCWD, source, L.OPEN_TREE_CLONE | L.OPEN_TREE_CLOEXEC | L.AT_RECURSIVE)
+    try:
+        L.mount_setattr(tree, "", L.AT_EMPTY_PATH | L.AT_RECURSIVE, L.MOUNT_ATTR_RDONLY)
+        L.move_mount(tree, target, L.MOVE_MOUNT_F_EMPTY_PATH)
+    finally:
+        os.close(tree)
 
 
 # -- step 5: the init -------------------------------------------------------------------------
@@ -311,7 +362,8 @@ def init_main(cfg: dict[str, Any], sock: socket.socket, lifeline: int) -> None:
     os.closerange(low, 1 << 16)
     signal.signal(signal.SIGCHLD, reap)
     agent = Agent(sock)
-    frames.send(sock, {"ready": True, "init_pid": outside_pid, "disk_quota": cfg["disk_quota"]})
+    ready = {"ready": True, "init_pid": outside_pid, "disk_quota": cfg["disk_quota"]}
+    frames.send(sock, {**ready, "read_only": cfg.get("read_only", [])})
     sel = selectors.DefaultSelector()
     sel.register(lifeline, selectors.EVENT_READ)
     sel.register(sock, selectors.EVENT_READ)
@@ -332,10 +384,11 @@ def build_sandbox(cfg: dict[str, Any], sock: socket.socket, lifeline: int) -> No
         L.prctl(L.PR_SET_PDEATHSIG, signal.SIGKILL)
         join_cgroup(cfg)
         cfg["disk_quota"] = private_layer(cfg)
-        build_upper(cfg)
-        userns_fd = make_userns(cfg["base"], cfg["max_procs"])
-        idmapped_lower(cfg["lower"], userns_fd)
-        enter_sandbox(cfg, userns_fd)
+        overlays = build_upper(cfg)
+        userns_fd = make_userns(cfg["base"], cfg["max_procs"], cfg.get("idmap"))
+        if cfg.get("skeleton") is None:
+            idmapped_lower(cfg["lower"], userns_fd)
+        enter_sandbox(cfg, userns_fd, overlays)
         if os.fork() == 0:
             try:
                 init_main(cfg, sock, lifeline)

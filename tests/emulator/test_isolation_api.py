@@ -272,7 +272,8 @@ print(backend.level, out.decode().strip(), backend.reason, sep="|")
 
 
 def test_unprivileged_owner_falls_back_to_process_level() -> None:
-    """Without root the backend is the process level, and its reason says why."""
+    """Without root, and with no subordinate ids for a user namespace, the backend is the process
+    level, and its reason names what is missing and the command that adds it."""
     if os.geteuid() != 0 or not os.path.exists("/usr/bin/setpriv"):
         pytest.skip("needs root and setpriv to run a child as an unprivileged user")
     package_parent = Path(__file__).resolve().parents[2]
@@ -288,6 +289,7 @@ def test_unprivileged_owner_falls_back_to_process_level() -> None:
     level, uid, reason = done.stdout.decode().strip().split("|")
     assert (level, uid) == ("process", "65534")
     assert reason == (
-        "plain-process level (no isolation): not root (euid 65534); "
-        "idmapped mounts and uid maps need host root"
+        "plain-process level (no isolation): not root (euid 65534): no subordinate ids for nobody "
+        "(uid 65534) in /etc/subuid and /etc/subgid (at least 192 needed): "
+        "sudo usermod --add-subuids 100000-165535 --add-subgids 100000-165535 nobody"
     )

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from pytest_e2b_env.emulator.isolation import BASE_DIR, Backend, Box, select_backend
-from pytest_e2b_env.emulator.isolation.namespaces import MAX_PROCS, UID_BASE, NamespaceBackend, NamespaceBox
+from pytest_e2b_env.emulator.isolation.ids import UID_BASE
+from pytest_e2b_env.emulator.isolation.namespaces import MAX_PROCS, NamespaceBackend, NamespaceBox
 from pytest_e2b_env.errors import EmulatorError
 
 pytestmark = pytest.mark.namespaces

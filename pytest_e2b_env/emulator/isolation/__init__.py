@@ -62,12 +62,15 @@ def select_backend(
     root: Path | None = None,
     force: Literal["namespaces", "process"] | None = None,
     quotas: tuple[int, int] | None = None,
+    unprivileged: str | None = None,
 ) -> Backend:
     """The isolation backend for this process: namespaces when possible, else plain processes.
 
     ``root`` holds the sandbox files (default ``/var/tmp/pytest-e2b-env/<pid>``); ``force``
     pins a level (``force="namespaces"`` raises EmulatorError, with the reason, when impossible);
     ``quotas`` is ``(memory_mb, disk_mb)`` per sandbox (default E2B's 512 / 1024).
+    Namespaces need root: the host's, or of a user namespace this process entered
+    (:func:`.rootless.enter`); ``unprivileged`` says why a process that is neither could not.
     """
     if force not in (None, "namespaces", "process"):
         raise ValueError(f"force={force!r} is not an isolation level. Use 'namespaces', 'process' or None.")
@@ -78,7 +81,8 @@ def select_backend(
         return ProcessBackend(root, "plain-process level forced by the caller")
     from . import namespaces
 
-    backend, why = namespaces.open_backend(root, *(quotas or ()))
+    memory_mb, disk_mb = quotas or (namespaces.quota.DEFAULT_MEMORY_MB, namespaces.quota.DEFAULT_DISK_MB)
+    backend, why = namespaces.open_backend(root, memory_mb, disk_mb, unprivileged=unprivileged)
     if backend is not None:
         return backend
     if force == "namespaces":

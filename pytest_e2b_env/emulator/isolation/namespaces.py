@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import itertools
 import json
 import os
 import platform
@@ -30,7 +29,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +41,7 @@ from pytest_e2b_env.standalone.upper_layer import USER_UID
 
 from . import quota
 from .api import Backend, Box, check_sandbox_id, check_user, envd_env, home_of
+from .ids import Ids
 from .nsfs import NamespaceFS
 
 #: The builder and init of every sandbox of a backend, assembled into the backend's directory.
@@ -50,9 +50,6 @@ NSENTER = shutil.which("nsenter") or "/usr/bin/nsenter"
 ENV = "/usr/bin/env"
 HELPER_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 NSENTER_FLAG = {"user": "user", "mnt": "mount", "net": "net", "ipc": "ipc", "uts": "uts"}
-#: Sandbox uid ranges start here, 65536 ids each, above the usual /etc/subuid ranges.
-UID_BASE = 0x100000
-UID_SLOTS = 32000
 START_SECONDS = 30.0
 #: Per-sandbox process cap: the host's pid space (32768 here) is shared by everyone.
 MAX_PROCS = 1024
@@ -63,7 +60,6 @@ REPLY_HEADER_MAX = 256 << 20
 #: The user-space network stack of internet sandboxes (Debian package slirp4netns).
 SLIRP4NETNS = shutil.which("slirp4netns") or "/usr/bin/slirp4netns"
 NETWORK_SECONDS = 10.0
-_slots = itertools.count()
 
 
 def _private_paths() -> list[str]:
@@ -82,6 +78,78 @@ def _close_quietly(fd: int) -> None:
 
 def _readable(fd: int) -> bool:
     return L.readable(fd)
+
+
+class Forker:
+    """A thread that lives in one sandbox's pid namespace (and cgroups): what it forks is born there.
+
+    A thread's namespace for the children it forks (``setns`` of a pid namespace) can be moved into
+    a sandbox's but not always back: that needs capabilities in the user namespace owning the
+    host's pid namespace, which an emulator in a user namespace of its own (not root) has not. So
+    each sandbox gets one thread that enters once, never leaves, and forks its commands (the
+    emulator stays their parent: ``proc.pid`` is the host pid). It starts no thread (the kernel
+    refuses one while its namespace for children is not its own), and it ends with the sandbox.
+    """
+
+    def __init__(self, pidns: int, cgroups: Callable[[], None], leave: Callable[[], None], name: str) -> None:
+        self._requests: queue.SimpleQueue[tuple[Callable[[], Any], list[Any], threading.Event] | None] = (
+            queue.SimpleQueue()
+        )
+        started: list[BaseException | None] = []
+        ready = threading.Event()
+        self._thread = threading.Thread(
+            target=self._loop, args=(pidns, cgroups, leave, started, ready), name=name, daemon=True
+        )
+        self._thread.start()
+        ready.wait()
+        if started[0] is not None:
+            self._thread.join()
+            raise started[0]
+
+    def _loop(
+        self,
+        pidns: int,
+        cgroups: Callable[[], None],
+        leave: Callable[[], None],
+        started: list[BaseException | None],
+        ready: threading.Event,
+    ) -> None:
+        try:
+            cgroups()  # cgroup v1 membership is per thread: children are born in the sandbox's
+            L.setns(pidns, L.CLONE_NEWPID)
+        except BaseException as exc:
+            started.append(exc)
+            ready.set()
+            return
+        started.append(None)
+        ready.set()
+        while (request := self._requests.get()) is not None:
+            work, answer, done = request
+            try:
+                answer.append((True, work()))
+            except BaseException as exc:  # handed to the caller
+                answer.append((False, exc))
+            done.set()
+        # Out of the sandbox's cgroups before the thread is joined: they are removed right after.
+        with contextlib.suppress(OSError):
+            leave()
+
+    def call(self, work: Callable[[], Any]) -> Any:
+        """Run ``work`` (a fork) on the thread and return its result (or raise its exception)."""
+        answer: list[Any] = []
+        done = threading.Event()
+        self._requests.put((work, answer, done))
+        done.wait()
+        ok, value = answer[0]
+        if not ok:
+            raise value
+        return value
+
+    def stop(self) -> None:
+        """End the thread (idempotent); it leaves its cgroups as it ends."""
+        if self._thread.is_alive():
+            self._requests.put(None)
+            self._thread.join(timeout=30)
 
 
 class NamespaceBox(Box):
@@ -109,6 +177,10 @@ class NamespaceBox(Box):
         self._cgroup = cgroup
         #: Whether the writable layer is on its own size-capped tmpfs (see ``quota``).
         self.disk_quota = False
+        #: The id of the sandbox's root outside it (handed back to the backend once it is gone).
+        self.base: int | None = None
+        #: System directories seen read-only, as they are (no overlay: mounts below them are locked).
+        self.read_only: list[str] = []
         self._backend = backend
         self._envs = dict(envs)
         self._sock = sock
@@ -117,6 +189,7 @@ class NamespaceBox(Box):
         self._killed = False
         self._poisoned = False
         self._next_id = 0
+        self._forker: Forker | None = None
         self._pidfd = os.pidfd_open(init_pid)
         names = ["user", "mnt", "ipc", "uts", "pid"] + ([] if network == "host" else ["net"])
         self._ns = {
@@ -126,6 +199,16 @@ class NamespaceBox(Box):
             # The pid was not our init any more when the namespaces were opened.
             self._close_fds()
             raise InfrastructureError(f"sandbox {sandbox_id} init died during start")
+        try:
+            self._forker = Forker(
+                self._ns["pid"],
+                lambda: backend.enter_cgroups(cgroup),
+                backend.leave_cgroups,
+                f"sandbox-{sandbox_id}",
+            )
+        except OSError as exc:
+            self._close_fds()
+            raise InfrastructureError(f"sandbox {sandbox_id}: cannot fork into it: {exc}") from None
         self._fs = NamespaceFS(self.request)
 
     @property
@@ -211,14 +294,8 @@ class NamespaceBox(Box):
         with self._lock:
             if self._killed:
                 raise ProcessLookupError(errno.ESRCH, f"sandbox {self.sandbox_id} is not running")
-            # Forks made by this thread land in the sandbox's pid namespace (and memory cgroup)
-            # until switched back.
-            with self._backend.forking_into(self._cgroup):
-                L.setns(self._ns["pid"], L.CLONE_NEWPID)
-                try:
-                    proc = self._popen(argv, stdin, fds)
-                finally:
-                    L.setns(self._backend.host_pidns, L.CLONE_NEWPID)
+            assert self._forker is not None  # made in __init__, dropped only once killed
+            proc = self._forker.call(lambda: self._popen(argv, stdin, fds))
             self._procs = [p for p in self._procs if p.returncode is None]
             self._procs.append(proc)
         return proc
@@ -326,9 +403,13 @@ class NamespaceBox(Box):
         self._close_fds()
         self._backend.release_cgroup(self._cgroup)
         self._backend.forget(self.sandbox_id)
+        if self.base is not None:
+            self._backend.ids.give_back(self.base)
         self._backend.discard(self.directory)
 
     def _close_fds(self) -> None:
+        if self._forker is not None:
+            self._forker.stop()
         for fd in [*self._ns.values(), self._pidfd]:
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -367,12 +448,13 @@ class NamespaceBackend(Backend):
                 _close_quietly(fd)
 
         os.register_at_fork(after_in_child=drop_lifeline)
-        self.host_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
         #: How internet sandboxes get out: their own namespace through slirp4netns, or, without
         #: slirp4netns, the host's namespace (host loopback and other sandboxes reachable).
         self.internet_network = "own" if os.access(SLIRP4NETNS, os.X_OK) else "host"
         self.memory_mb, self.disk_mb = memory_mb, disk_mb
         self.cpus = quota.DEFAULT_CPUS
+        #: Each sandbox's ids: a range of the host's, or a few of the emulator's user namespace.
+        self.ids = Ids()
         self._cgroups = quota.Cgroups.open()
         #: Set by the probe: whether the sandbox's writable layer got its own size-capped tmpfs.
         self.disk_quota = False
@@ -430,14 +512,14 @@ class NamespaceBackend(Backend):
             cpu = f"no CPU quota ({self._cgroups.why['cpu']})"
         return f"{disk}; {memory}; {cpu}"
 
-    @contextlib.contextmanager
-    def forking_into(self, cgroups: tuple[Path, ...]) -> Iterator[None]:
-        """Children this thread forks in the block are born in ``cgroups`` (no-op without any)."""
-        if not cgroups:
-            yield
-            return
-        with self._cgroups.forking_into(cgroups):
-            yield
+    def enter_cgroups(self, cgroups: tuple[Path, ...]) -> None:
+        """Move the calling thread into ``cgroups`` for good (a sandbox's forking thread)."""
+        if cgroups:
+            self._cgroups.enter_thread(cgroups)
+
+    def leave_cgroups(self) -> None:
+        """Move the calling thread back to the emulator's own cgroups."""
+        self._cgroups.leave_thread()
 
     def release_cgroup(self, cgroups: tuple[Path, ...]) -> None:
         """Remove a dead sandbox's cgroups."""
@@ -461,7 +543,10 @@ class NamespaceBackend(Backend):
         if self._closed:
             raise RuntimeError("the isolation backend is closed")
         directory = self.root / check_sandbox_id(sandbox_id)
-        base = UID_BASE + 0x10000 * ((os.getpid() * 211 + next(_slots)) % UID_SLOTS)
+        try:
+            base, idmap = self.ids.take()
+        except OSError as exc:
+            raise InfrastructureError(f"sandbox {sandbox_id} could not start: {exc}") from None
         directory.mkdir(mode=0o700)
         # Only the sandbox's own root (who mounts the overlay from these paths) and host root
         # may enter: other host accounts never reach a sandbox's files.
@@ -484,6 +569,10 @@ class NamespaceBackend(Backend):
             **{sub: str(directory / sub) for sub in ("lower", "root", "rw")},
             "upper": str(directory / "rw" / "upper"),
             "work": str(directory / "rw" / "work"),
+            "idmap": idmap,
+            # Inside a user namespace, / cannot be one overlay's lower layer (the mounts below it
+            # are locked to it): a skeleton root on the sandbox's tmpfs, an overlay per directory.
+            "skeleton": str(directory / "rw" / "root") if self.ids.nested else None,
             "disk_mb": self.disk_mb,
             "files": quota.FILES,
             "cgroups": [str(path) for path in cgroup],
@@ -521,6 +610,8 @@ class NamespaceBackend(Backend):
                 cgroup,
             )
             box.disk_quota = bool(reply[0].get("disk_quota"))
+            box.base = base
+            box.read_only = [str(name) for name in reply[0].get("read_only") or ()]
             if network == "own":
                 try:
                     box.attach_network(self._life_r)
@@ -530,8 +621,9 @@ class NamespaceBackend(Backend):
         except BaseException:
             parent.close()  # an init that did start exits when its socket closes
             remove_tree_quietly(directory)
-            if box is None:
-                self.release_cgroup(cgroup)  # a started box released it in kill()
+            if box is None:  # a started box released them in kill()
+                self.release_cgroup(cgroup)
+                self.ids.give_back(base)
             raise
         with self._lock:
             self._boxes[sandbox_id] = box
@@ -557,7 +649,7 @@ class NamespaceBackend(Backend):
                 unresolved.extend(exc.ids)
         self._ctl.close()
         self._fork_guard.clear()
-        for fd in (self._life_w, self._life_r, self.host_pidns):
+        for fd in (self._life_w, self._life_r):
             with contextlib.suppress(OSError):
                 os.close(fd)
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -570,14 +662,24 @@ class NamespaceBackend(Backend):
             raise CleanupError("sandboxes survived backend close", unresolved)
 
 
-def _static_check() -> str | None:
-    """Why namespaces cannot work here, or None."""
+def _static_check(unprivileged: str | None = None) -> str | None:
+    """Why namespaces cannot work here, or None (``unprivileged``: why this process is not root)."""
     if sys.platform != "linux":
         return f"platform {sys.platform} has no Linux namespaces"
     if not L.supported_arch():
         return f"architecture {platform.machine()} is not supported"
     if os.geteuid() != 0:
-        return f"not root (euid {os.geteuid()}); idmapped mounts and uid maps need host root"
+        from .rootless import static_problem
+
+        why = (
+            unprivileged
+            or static_problem()
+            or (
+                "this process did not enter a user namespace of its own (only a process without threads "
+                "can): the emulator's own process does, start it with Emulator() or pytest-e2b-env emulator"
+            )
+        )
+        return f"not root (euid {os.geteuid()}): {why}"
     try:
         limit = int(Path("/proc/sys/user/max_user_namespaces").read_text())
     except OSError:
@@ -591,10 +693,13 @@ def _static_check() -> str | None:
 
 
 def open_backend(
-    root: Path, memory_mb: int = quota.DEFAULT_MEMORY_MB, disk_mb: int = quota.DEFAULT_DISK_MB
+    root: Path,
+    memory_mb: int = quota.DEFAULT_MEMORY_MB,
+    disk_mb: int = quota.DEFAULT_DISK_MB,
+    unprivileged: str | None = None,
 ) -> tuple[NamespaceBackend | None, str]:
     """A working namespaces backend (proven by starting and killing a probe sandbox), or the reason not."""
-    why = _static_check()
+    why = _static_check(unprivileged)
     if why:
         return None, why
     backend = NamespaceBackend(root, "", memory_mb, disk_mb)
@@ -612,10 +717,18 @@ def open_backend(
         backend.close()
         return None, f"probe sandbox failed: {exc}"
     network = _probe_network(backend)
+    if backend.ids.nested:
+        root_fs = (
+            "a copy-on-write overlay per system directory (the host's files appear owned by nobody and "
+            "read-only to sandbox root; no sudo)"
+        )
+        if probe.read_only:
+            root_fs += f", {', '.join('/' + d for d in probe.read_only)} read-only (mounts below)"
+    else:
+        root_fs = "an idmapped copy-on-write root"
     backend.reason = (
-        f"namespaces level: per-sandbox user (uids shifted), pid, mount, net, ipc, uts namespaces "
-        f"and an idmapped copy-on-write root; {network}; {backend.describe_quotas()} "
-        f"(kernel {platform.release()})"
+        f"namespaces level: {backend.ids.describe()}, pid, mount, net, ipc, uts namespaces and "
+        f"{root_fs}; {network}; {backend.describe_quotas()} (kernel {platform.release()})"
     )
     return backend, backend.reason
 

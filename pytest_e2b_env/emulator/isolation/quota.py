@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 #: What the control plane reports for every sandbox (``memoryMB``, ``diskSizeMB``), as E2B's default.
@@ -64,7 +63,6 @@ class _Controller:
         self.parent = parent
         self.root = parent / f"{_TAG}{os.getpid()}"
         self.root.mkdir(exist_ok=True)
-        self.home = parent / "tasks"
 
     @classmethod
     def open(cls, name: str) -> tuple[_Controller | None, str]:
@@ -125,20 +123,17 @@ class Cgroups:
             raise
         return tuple(made)
 
-    @contextlib.contextmanager
-    def forking_into(self, paths: tuple[Path, ...]) -> Iterator[None]:
-        """Children forked by this thread inside the block are born in ``paths``."""
+    def enter_thread(self, paths: tuple[Path, ...]) -> None:
+        """Move the calling thread into ``paths`` for good: what it forks is born there (v1: per thread)."""
         tid = str(threading.get_native_id())
-        entered = []
-        try:
-            for path in paths:
-                (path / "tasks").write_text(tid)
-                entered.append(path)
-            yield
-        finally:
-            for controller in self._controllers:
-                if any(p.parent == controller.root for p in entered):
-                    controller.home.write_text(tid)
+        for path in paths:
+            (path / "tasks").write_text(tid)
+
+    def leave_thread(self) -> None:
+        """Move the calling thread back to the emulator's own cgroups (then a sandbox's can go)."""
+        tid = str(threading.get_native_id())
+        for controller in self._controllers:
+            (controller.parent / "tasks").write_text(tid)
 
     def remove(self, paths: tuple[Path, ...]) -> None:
         """Remove a sandbox's cgroups (they must be empty: its processes are gone)."""
