@@ -274,8 +274,10 @@ print(backend.level, out.decode().strip(), backend.reason, sep="|")
 def test_unprivileged_owner_falls_back_to_process_level() -> None:
     """Without root, and with no subordinate ids for a user namespace, the backend is the process
     level, and its reason names what is missing and the command that adds it."""
-    if os.geteuid() != 0 or not os.path.exists("/usr/bin/setpriv"):
-        pytest.skip("needs root and setpriv to run a child as an unprivileged user")
+    from pytest_e2b_env.emulator.isolation.ids import Ids
+
+    if os.geteuid() != 0 or Ids().nested or not os.path.exists("/usr/bin/setpriv"):
+        pytest.skip("needs host root and setpriv to run a child as an unprivileged user")
     package_parent = Path(__file__).resolve().parents[2]
     done = subprocess.run(
         ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", FALLBACK],
