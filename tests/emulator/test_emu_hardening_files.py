@@ -105,7 +105,9 @@ def test_deep_tree_of_a_killed_sandbox_is_deleted(small_emu: Emulator, small_sbx
         pytest.skip(f"emulator isolation is {small_emu.isolation!r}: {small_emu.isolation_reason}")
     _deep_tree(small_sbx, "deep", 1100)
     small_sbx.kill()
-    trash = Path(f"/var/tmp/pytest-e2b-env/{small_emu.pid}/.trash")
+    # the emulator's directory is named <pid>-<token> (beside its <pid>-<token>.lock)
+    (root,) = [p for p in Path("/var/tmp/pytest-e2b-env").glob(f"{small_emu.pid}-*") if p.is_dir()]
+    trash = root / ".trash"
     eventually(lambda: not any(trash.iterdir()), within=120, what="trash emptied")
 
 
@@ -123,31 +125,25 @@ def _mkdeep(root: Path, levels: int) -> None:
         os.close(fd)
 
 
-def _dead_pid() -> int:
-    pid = os.fork()
-    if pid == 0:
-        os._exit(0)
-    os.waitpid(pid, 0)
-    return pid
-
-
 def test_stale_sweep_removes_trees_deeper_than_the_recursion_limit(tmp_path: Path) -> None:
     """The start-up sweep removes a dead emulator's 1,100- and 3,000-level trees and never raises."""
-    from pytest_e2b_env.emulator.isolation import _sweep_stale
+    from pytest_e2b_env.emulator.isolation.owners import Owner, sweep
     from pytest_e2b_env.standalone.fsops import remove_tree_quietly
 
-    stale = tmp_path / str(_dead_pid())
+    stale = tmp_path / "1-dead"
     (stale / "a").mkdir(parents=True)
     (stale / "b").mkdir()
     _mkdeep(stale / "a", 1100)
     _mkdeep(stale / "b", 3000)
-    alive = tmp_path / str(os.getpid())
-    alive.mkdir()
+    (tmp_path / "1-dead.lock").touch()  # its owner is gone: nobody holds the lock
+    alive = Owner(tmp_path / "2-alive")
+    (tmp_path / "2-alive").mkdir()
     try:
-        _sweep_stale(tmp_path)
-        assert sorted(p.name for p in tmp_path.iterdir()) == [str(os.getpid())]
+        sweep(tmp_path)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["2-alive", "2-alive.lock"]
         assert Path("/etc").is_dir()
     finally:  # never leave a tree pytest's own (recursive) tmp cleanup cannot remove
+        alive.release()
         remove_tree_quietly(stale)
 
 

@@ -110,7 +110,7 @@ def test_cgroups_of_a_killed_emulator_are_swept(small: Emulator, controller: str
         pytest.skip(why or small.isolation_reason)
     with Emulator() as doomed:
         assert doomed.pid is not None
-        mine = parent / f"pytest-e2b-env-{doomed.pid}"
+        (mine,) = parent.glob(f"pytest-e2b-env-{doomed.pid}-*")  # the emulator's name: pid and a token
         Sandbox.create(timeout=120, **doomed.sdk_opts())
         assert len([p for p in mine.iterdir() if p.is_dir()]) == 1
         os.kill(doomed.pid, signal.SIGKILL)

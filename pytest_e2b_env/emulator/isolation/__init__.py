@@ -16,9 +16,8 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pytest_e2b_env.standalone.fsops import remove_tree_quietly
-
 from .api import HOME_DIR, Backend, Box, SandboxFS
+from .owners import new_name, sweep
 from .process import ProcessBackend
 
 __all__ = ["BASE_DIR", "HOME_DIR", "Backend", "Box", "SandboxFS", "select_backend"]
@@ -27,35 +26,13 @@ __all__ = ["BASE_DIR", "HOME_DIR", "Backend", "Box", "SandboxFS", "select_backen
 BASE_DIR = Path("/var/tmp/pytest-e2b-env")
 
 
-def _sweep_stale(base: Path) -> None:
-    """Remove sandbox directories left by emulators that died (the directory name starts with a dead pid).
-
-    Best effort and never raising: the trees were shaped by sandboxes (any depth, odd names),
-    and a leftover that cannot be removed must not stop this emulator from starting.
-    """
-    try:
-        entries = list(base.iterdir())
-    except OSError:
-        return
-    for entry in entries:
-        owner = entry.name.split("-", 1)[0]  # "<pid>" or "<pid>-<label>"
-        try:
-            if not owner.isdigit() or entry.lstat().st_uid != os.geteuid():
-                continue
-            os.kill(int(owner), 0)
-        except ProcessLookupError:
-            remove_tree_quietly(entry)
-        except (OSError, OverflowError, ValueError):
-            continue
-
-
 def _default_root() -> Path:
     BASE_DIR.mkdir(parents=True, exist_ok=True)
     if BASE_DIR.stat().st_uid == os.geteuid():
         # Shared by every account's emulators, like /tmp.
         os.chmod(BASE_DIR, 0o1777)
-    _sweep_stale(BASE_DIR)
-    return BASE_DIR / str(os.getpid())
+    sweep(BASE_DIR)
+    return BASE_DIR / new_name()
 
 
 def select_backend(
@@ -66,7 +43,8 @@ def select_backend(
 ) -> Backend:
     """The isolation backend for this process: namespaces when possible, else plain processes.
 
-    ``root`` holds the sandbox files (default ``/var/tmp/pytest-e2b-env/<pid>``); ``force``
+    ``root`` holds the sandbox files (default ``/var/tmp/pytest-e2b-env/<pid>-<token>``, held
+    by ``<root>.lock`` while the backend lives, see :mod:`.owners`); ``force``
     pins a level (``force="namespaces"`` raises EmulatorError, with the reason, when impossible);
     ``quotas`` is ``(memory_mb, disk_mb)`` per sandbox (default E2B's 512 / 1024).
     Namespaces need root: the host's, or of a user namespace this process entered

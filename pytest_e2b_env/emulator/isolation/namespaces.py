@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import queue
+import secrets
 import shutil
 import signal
 import socket
@@ -39,10 +40,12 @@ from pytest_e2b_env.standalone import linux as L
 from pytest_e2b_env.standalone.fsops import remove_tree_quietly
 from pytest_e2b_env.standalone.upper_layer import USER_UID
 
-from . import quota
+from . import owners, quota
 from .api import Backend, Box, check_sandbox_id, check_user, envd_env, home_of
 from .ids import Ids
 from .nsfs import NamespaceFS
+from .watchdog import PERIOD as WATCHDOG_PERIOD
+from .watchdog import Watchdog, Watched
 
 #: The builder and init of every sandbox of a backend, assembled into the backend's directory.
 INIT_SCRIPT = ".sandbox-init.py"
@@ -295,6 +298,7 @@ class NamespaceBox(Box):
             if self._killed:
                 raise ProcessLookupError(errno.ESRCH, f"sandbox {self.sandbox_id} is not running")
             assert self._forker is not None  # made in __init__, dropped only once killed
+            argv = [*self._backend.command_prefix(self._cgroup), *argv]
             proc = self._forker.call(lambda: self._popen(argv, stdin, fds))
             self._procs = [p for p in self._procs if p.returncode is None]
             self._procs.append(proc)
@@ -407,6 +411,12 @@ class NamespaceBox(Box):
             self._backend.ids.give_back(self.base)
         self._backend.discard(self.directory)
 
+    def watched(self) -> Watched:
+        """What the memory watchdog reads of this sandbox."""
+        with self._lock:
+            commands = tuple(p.pid for p in self._procs if p.returncode is None)
+        return Watched(self.directory.name, self.init_pid, commands)
+
     def _close_fds(self) -> None:
         if self._forker is not None:
             self._forker.stop()
@@ -433,6 +443,8 @@ class NamespaceBackend(Backend):
     ) -> None:
         self.root = root
         self.reason = reason
+        #: Held until close (or death): what is named after this root is swept only once it is free.
+        self._owner = owners.Owner(root)
         # The builder runs assembled (its standalone imports embedded) and isolated: under -I
         # nothing but the standard library is importable, not even the script's own directory.
         init = root / INIT_SCRIPT
@@ -455,7 +467,20 @@ class NamespaceBackend(Backend):
         self.cpus = quota.DEFAULT_CPUS
         #: Each sandbox's ids: a range of the host's, or a few of the emulator's user namespace.
         self.ids = Ids()
-        self._cgroups = quota.Cgroups.open()
+        self.limits = quota.Limits(
+            memory_mb=memory_mb + disk_mb,  # the layer's files are in memory (tmpfs)
+            cpus=quota.DEFAULT_CPUS,
+            aggregate_memory_mb=quota.aggregate_memory_mb(),
+            aggregate_procs=quota.aggregate_procs(),
+        )
+        self._cgroups = quota.open_cgroups(
+            root.name, self.limits, lambda name: owners.dead(root.parent, name)
+        )
+        self._watchdog: Watchdog | None = None
+        if not self._cgroups.has("memory"):
+            self._watchdog = Watchdog(
+                self.limits.memory_mb << 20, self.limits.aggregate_memory_mb << 20, self._watched
+            ).start()
         #: Set by the probe: whether the sandbox's writable layer got its own size-capped tmpfs.
         self.disk_quota = False
         self._private = _private_paths()
@@ -492,30 +517,54 @@ class NamespaceBackend(Backend):
             else:
                 remove_tree_quietly(item)
 
+    def _watched(self) -> list[Watched]:
+        with self._lock:
+            boxes = list(self._boxes.values())
+        return [box.watched() for box in boxes if box.alive()]
+
     def reap_later(self, helper: subprocess.Popen[bytes]) -> None:
         """Wait for a killed helper process in the background."""
         self._doomed.put(helper)
 
     def describe_quotas(self) -> str:
-        """The per-sandbox quotas in force, for the level's reason."""
+        """The per-sandbox and aggregate bounds in force, for the level's reason."""
+        limits = self.limits
         if self.disk_quota:
             disk = f"disk quota {self.disk_mb} MiB and {quota.FILES} files (own tmpfs)"
         else:
             disk = "no disk quota (tmpfs without user xattrs before Linux 6.6)"
-        if self._cgroups.has("memory"):
-            memory = f"memory quota {self.memory_mb + self.disk_mb} MiB incl. files (cgroup v1 memory)"
+        by_cgroup = self._cgroups.describe(limits)
+        memory = by_cgroup.get("memory") or (
+            f"memory quota {limits.memory_mb} MiB incl. files, {limits.aggregate_memory_mb} MiB for all "
+            f"sandboxes together (watchdog on resident memory and files, every {WATCHDOG_PERIOD:g} s: "
+            f"{self._cgroups.why.get('memory', 'no memory cgroup')})"
+        )
+        cpu = by_cgroup.get("cpu") or f"no CPU quota ({self._cgroups.why.get('cpu', 'no cpu cgroup')})"
+        from .rootless import entered
+
+        outer = entered()
+        procs = f"{self.max_procs} processes each"
+        if "pids" in by_cgroup:
+            procs += f", {by_cgroup['pids']}"
+        elif outer is not None and outer.nproc is not None:
+            procs += (
+                f", {outer.nproc} for the user's processes together, sandboxes included "
+                "(RLIMIT_NPROC of the emulator's user namespace)"
+            )
         else:
-            memory = f"no memory quota ({self._cgroups.why['memory']})"
-        if self._cgroups.has("cpu"):
-            cpu = f"{self.cpus} CPUs each, equal shares (cgroup v1 cpu)"
-        else:
-            cpu = f"no CPU quota ({self._cgroups.why['cpu']})"
-        return f"{disk}; {memory}; {cpu}"
+            procs += (
+                f", no cap for all sandboxes together ({self._cgroups.why.get('pids', 'no pids cgroup')})"
+            )
+        return f"{disk}; {memory}; {cpu}; {procs}"
 
     def enter_cgroups(self, cgroups: tuple[Path, ...]) -> None:
         """Move the calling thread into ``cgroups`` for good (a sandbox's forking thread)."""
         if cgroups:
             self._cgroups.enter_thread(cgroups)
+
+    def command_prefix(self, cgroups: tuple[Path, ...]) -> list[str]:
+        """What a command's argv starts with so that it joins ``cgroups`` itself (cgroup v2)."""
+        return self._cgroups.command_prefix(cgroups)
 
     def leave_cgroups(self) -> None:
         """Move the calling thread back to the emulator's own cgroups."""
@@ -542,7 +591,10 @@ class NamespaceBackend(Backend):
         """Build the sandbox (one fork of the zygote, tens of ms); the box is ready to run commands."""
         if self._closed:
             raise RuntimeError("the isolation backend is closed")
-        directory = self.root / check_sandbox_id(sandbox_id)
+        check_sandbox_id(sandbox_id)
+        # Named by a token, not the id: the paths show in /proc/<pid>/mountinfo and cgroup names,
+        # which any local user may read, and sandbox ids are not theirs to learn.
+        directory = self.root / secrets.token_hex(8)
         try:
             base, idmap = self.ids.take()
         except OSError as exc:
@@ -554,7 +606,7 @@ class NamespaceBackend(Backend):
         for sub in ("lower", "root", "rw"):
             (directory / sub).mkdir(mode=0o755)
         try:
-            cgroup = self._cgroups.create(directory.name, self.memory_mb + self.disk_mb, self.cpus)
+            cgroup = self._cgroups.create(directory.name)
         except OSError as exc:
             remove_tree_quietly(directory)
             raise InfrastructureError(f"sandbox {sandbox_id}: cannot create its cgroups: {exc}") from None
@@ -576,7 +628,7 @@ class NamespaceBackend(Backend):
             "disk_mb": self.disk_mb,
             "files": quota.FILES,
             "cgroups": [str(path) for path in cgroup],
-            "oom_first": self._cgroups.has("memory"),
+            "oom_first": self._cgroups.has("memory") and not self.ids.nested,
         }
         try:
             try:
@@ -654,10 +706,13 @@ class NamespaceBackend(Backend):
                 os.close(fd)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._zygote.wait(timeout=10)
+        if self._watchdog is not None:
+            self._watchdog.stop()
         self._cgroups.close()
         self._doomed.put(None)
         self._remover.join(timeout=60)
         remove_tree_quietly(self.root)
+        self._owner.release()
         if unresolved:
             raise CleanupError("sandboxes survived backend close", unresolved)
 

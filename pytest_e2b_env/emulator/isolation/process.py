@@ -30,6 +30,7 @@ from pytest_e2b_env.standalone.fsops import (
 )
 
 from .api import Backend, Box, SandboxFS, check_sandbox_id, check_user, envd_env, home_of
+from .owners import Owner
 
 #: Every command carries this variable so kill() can find processes that left the session.
 MARKER = ENV_SANDBOX_MARKER
@@ -190,6 +191,7 @@ class ProcessBackend(Backend):
 
     def __init__(self, root: Path, reason: str) -> None:
         self.root = root
+        self._owner = Owner(root)  # what is named after this root is swept only once it is free
         self.reason = reason
         self._boxes: dict[str, ProcessBox] = {}
         self._lock = threading.Lock()
@@ -221,5 +223,6 @@ class ProcessBackend(Backend):
             except CleanupError as exc:
                 errors.extend(exc.ids)
         remove_tree_quietly(self.root)
+        self._owner.release()
         if errors:
             raise CleanupError("sandboxes survived backend close", errors)

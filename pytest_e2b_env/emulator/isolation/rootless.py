@@ -29,7 +29,7 @@ import pwd
 import resource
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pytest_e2b_env.standalone import linux as L
@@ -52,6 +52,9 @@ class OuterIds:
     user: str
     subuid: tuple[int, int]  # (first, count) on the host
     subgid: tuple[int, int]
+    #: The RLIMIT_NPROC the namespace was created with: the cap on the user's processes,
+    #: every sandbox's included (the kernel counts them all against the user).
+    nproc: int | None = None
 
     @property
     def count(self) -> int:
@@ -251,6 +254,28 @@ def _apparmor_restricts() -> bool:
     return _read_int(_SYSCTL / "kernel" / "apparmor_restrict_unprivileged_userns") == 1
 
 
+_ENTERED: list[OuterIds] = []
+
+
+def entered() -> OuterIds | None:
+    """The ids of the user namespace this process entered (None: it did not, or it is host root)."""
+    return _ENTERED[0] if _ENTERED else None
+
+
+def user_processes(uid: int, proc: Path = Path("/proc")) -> int:
+    """How many processes (threads included, as RLIMIT_NPROC counts them) ``uid`` has now."""
+    count = 0
+    for entry in os.listdir(proc):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, ValueError):
+                status = (proc / entry / "status").read_text()
+                uid_line = next(line for line in status.splitlines() if line.startswith("Uid:"))
+                if int(uid_line.split()[1]) == uid:
+                    threads = next(line for line in status.splitlines() if line.startswith("Threads:"))
+                    count += int(threads.split()[1])
+    return count
+
+
 def static_problem() -> str | None:
     """Why a user namespace cannot be used here, from the host's settings and files alone (no probe)."""
     why = disabled()
@@ -264,6 +289,8 @@ def enter(nproc: int | None = None) -> tuple[OuterIds | None, str]:
     """Enter the emulator's user namespace when not root: (the ids, "") or (None, why not, with the fix).
 
     Call before any thread starts. As root ((None, "")), or when anything is missing, nothing changes.
+    ``nproc`` caps the user's processes, sandboxes included (default: what runs now plus
+    ``quota.aggregate_procs()``, room for every sandbox of this emulator together).
     """
     if os.geteuid() == 0:
         return None, ""
@@ -276,8 +303,14 @@ def enter(nproc: int | None = None) -> tuple[OuterIds | None, str]:
     problem = check(outer)
     if problem:
         return None, problem
+    if nproc is None:
+        from .quota import aggregate_procs
+
+        nproc = user_processes(outer.uid) + aggregate_procs()
     try:
         _enter(outer, nproc)
     except OSError as exc:
         return None, f"entering the user namespace failed: {exc}"
+    outer = replace(outer, nproc=nproc)
+    _ENTERED[:] = [outer]
     return outer, ""
