@@ -262,9 +262,13 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         if spec
     )
     lines = [f"e2b: mode={settings.mode} run_id={settings.run_id} isolation={isolation}"]
-    if target is not None and not settings.live and not target.isolation.startswith("namespaces"):
-        # Said up front: these cases' programs would run on this host, so they are skipped.
-        lines.append("e2b: hostile and isolation cases are skipped below the namespaces level (run as root)")
+    if target is not None and not settings.live:
+        if target.isolation.startswith("namespaces"):
+            lines.append(f"e2b: {target.isolation_reason}")  # the ids, the layout and every bound in force
+        else:
+            # Said up front, with the cause and the fix: these cases' programs would run on this
+            # host, so they (and subjects that declare they need E2B's sandboxes) are skipped.
+            lines.append(f"e2b: hostile and isolation cases are skipped: {target.isolation_reason}")
     if subjects:
         lines.append(f"e2b subjects: {subjects}")
     return lines + [f"e2b: {line}" for line in runtime.stale_runs]
@@ -369,6 +373,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         info = reporter.info
         if target is not None:
             info.setdefault("isolation", target.isolation)
+            info.setdefault("isolation_reason", target.isolation_reason)
             info.setdefault("secrets", [target.api_key])
         for key, value in runtime.manifest_facts().items():
             info.setdefault(key, value)

@@ -159,6 +159,7 @@ class EvidenceReporter:
             "catalog_hash": self.info.get("catalog_hash"),
             "seeds": {"catalog": 0},
             "isolation": self.info.get("isolation"),
+            "isolation_reason": self.info.get("isolation_reason"),
             "subjects": {
                 "reward": self.settings.reward_subject,
                 "episode": self.settings.episode_subject,

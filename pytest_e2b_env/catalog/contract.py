@@ -28,7 +28,7 @@ DEFAULT_LIMITS: dict[str, float] = {
     "artifact_bytes": 65536,
 }
 COLUMNS = ("test_cases", "verification_info")
-_COMMON_KEYS = {"raises_classes", "warm_up", "preload", "release"}
+_COMMON_KEYS = {"raises_classes", "warm_up", "preload", "release", "needs_isolation"}
 #: The contract's zero-argument callables, each called by the catalog at one point of a run.
 HOOKS = ("warm_up", "preload", "release")
 _REWARD_KEYS = {"columns"} | _COMMON_KEYS
@@ -86,6 +86,10 @@ class Contract:
     #: Releases what the subject keeps process-wide (a server, a pool) while the target still
     #: answers: called once in each process that ran the subject, before its target stops.
     release: Callable[[], Any] | None = None
+    #: The subject relies on what an E2B sandbox gives (a root that can nest namespaces, other
+    #: accounts): below the emulator's namespaces level its cases are skipped with the level's
+    #: reason instead of failing on the harness's host.
+    needs_isolation: bool = False
     source: str = "defaults"
 
     @property
@@ -120,6 +124,8 @@ class Contract:
             }
         if self.raises_classes:
             out["raises_classes"] = list(self.raises_classes)
+        if self.needs_isolation:
+            out["needs_isolation"] = True
         for key in HOOKS:
             hook = getattr(self, key)
             if hook is not None:
@@ -185,6 +191,10 @@ def parse_contract(raw: Any, kind: str, where: str) -> Contract:
     if isinstance(classes, str) or not all(isinstance(c, str) for c in classes):
         raise _fail(where, "raises_classes", classes, "give a list of exception class names")
     values["raises_classes"] = tuple(classes)
+    needs = raw.get("needs_isolation", False)
+    if not isinstance(needs, bool):
+        raise _fail(where, "needs_isolation", needs, "give true or false")
+    values["needs_isolation"] = needs
     for key in HOOKS:
         hook = raw.get(key)
         if hook is not None and not callable(hook):

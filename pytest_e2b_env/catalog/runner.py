@@ -170,14 +170,16 @@ def skip_reason(case: Case, subject: Subject, target: Target) -> str | None:
     """Why a case cannot run here (mode, isolation level, a window the subject does not offer)."""
     if target.mode not in case.modes:
         return f"not runnable {target.mode}: {case.modes_reason}"
-    if (
-        case.family in NEEDS_NAMESPACES
-        and target.mode == "offline"
-        and not target.isolation.startswith("namespaces")
-    ):
+    below = target.mode == "offline" and not target.isolation.startswith("namespaces")
+    if below and case.family in NEEDS_NAMESPACES:
         return (
-            f"needs the emulator's namespaces isolation level, got {target.isolation!r}: "
-            f"{case.family} cases would run their programs on this host (run as root for namespaces)"
+            f"needs the emulator's namespaces isolation level, got {target.isolation!r} "
+            f"({target.isolation_reason}): {case.family} cases would run their programs on this host"
+        )
+    if below and subject.contract.needs_isolation:
+        return (
+            f"the subject declares it needs sandboxes as E2B gives them (contract 'needs_isolation'), and "
+            f"the emulator's level is {target.isolation!r} ({target.isolation_reason})"
         )
     if case.episode is not None:
         return unmet_window(case, task_of(case, subject.contract), subject.contract)

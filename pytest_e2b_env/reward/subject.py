@@ -32,8 +32,14 @@ def reward_subject(**kwargs: Any) -> contextlib.AbstractAsyncContextManager[Rewa
     return _pool_context(**kwargs)
 
 
-#: What the catalog needs to know (docs/catalog.md): the classes this subject raises.
-reward_subject.e2b_contract = {"raises_classes": ["InfrastructureError", "CleanupError"]}  # type: ignore[attr-defined]
+#: What the catalog needs to know (docs/catalog.md): the classes this subject raises, and that it
+#: needs the sandboxes E2B gives.
+reward_subject.e2b_contract = {  # type: ignore[attr-defined]
+    "raises_classes": ["InfrastructureError", "CleanupError"],
+    # The pool isolates each case inside its sandbox (nested namespaces, an unprivileged account):
+    # below the emulator's namespaces level its workers cannot start.
+    "needs_isolation": True,
+}
 
 
 def masking_reward_subject() -> contextlib.AbstractAsyncContextManager[RewardFn]:

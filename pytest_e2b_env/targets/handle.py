@@ -61,6 +61,11 @@ class Target:
         return str(self.backend.isolation)
 
     @property
+    def isolation_reason(self) -> str:
+        """Why the emulator runs at its level, with the bounds in force ("" live)."""
+        return str(getattr(self.backend, "isolation_reason", "") or "")
+
+    @property
     def endpoint(self) -> str:
         """The URL the SDK talks to (never a key)."""
         return str(self.backend.url)
