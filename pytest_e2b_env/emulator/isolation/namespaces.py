@@ -415,7 +415,9 @@ class NamespaceBox(Box):
         """What the memory watchdog reads of this sandbox."""
         with self._lock:
             commands = tuple(p.pid for p in self._procs if p.returncode is None)
-        return Watched(self.directory.name, self.init_pid, commands)
+        # The sandbox's root is its tmpfs (or an overlay on it, which reports its upper layer's use).
+        files = f"/proc/{self.init_pid}/root" if self.disk_quota else None
+        return Watched(self.directory.name, self.init_pid, commands, files)
 
     def _close_fds(self) -> None:
         if self._forker is not None:
@@ -440,6 +442,8 @@ class NamespaceBackend(Backend):
         reason: str,
         memory_mb: int = quota.DEFAULT_MEMORY_MB,
         disk_mb: int = quota.DEFAULT_DISK_MB,
+        aggregate_procs: int | None = None,
+        aggregate_memory_mb: int | None = None,
     ) -> None:
         self.root = root
         self.reason = reason
@@ -470,8 +474,9 @@ class NamespaceBackend(Backend):
         self.limits = quota.Limits(
             memory_mb=memory_mb + disk_mb,  # the layer's files are in memory (tmpfs)
             cpus=quota.DEFAULT_CPUS,
-            aggregate_memory_mb=quota.aggregate_memory_mb(),
-            aggregate_procs=quota.aggregate_procs(),
+            # sized from what the host has free now, unless given (tests)
+            aggregate_memory_mb=aggregate_memory_mb or quota.aggregate_memory_mb(),
+            aggregate_procs=aggregate_procs or quota.aggregate_procs(),
         )
         self._cgroups = quota.open_cgroups(
             root.name, self.limits, lambda name: owners.dead(root.parent, name)

@@ -42,11 +42,13 @@ class Usage:
 
 @dataclass(frozen=True)
 class Watched:
-    """What the watchdog needs of a sandbox: its name, init pid and the pids of running commands."""
+    """What the watchdog needs of a sandbox: its name, init pid, the pids of running commands, and
+    the path whose file system holds its files (``/proc/<init>/root``; None: no files counted)."""
 
     name: str
     init_pid: int
     commands: tuple[int, ...]
+    files_root: str | None
 
 
 def _children(pid: int) -> list[int]:
@@ -66,9 +68,11 @@ def _resident(pid: int) -> int:
         return 0
 
 
-def _files(init_pid: int) -> int:
+def _files(root: str | None) -> int:
+    if root is None:
+        return 0
     try:
-        st = os.statvfs(f"/proc/{init_pid}/root")
+        st = os.statvfs(root)
     except OSError:
         return 0
     return (st.f_blocks - st.f_bfree) * st.f_frsize
@@ -76,7 +80,7 @@ def _files(init_pid: int) -> int:
 
 def measure(box: Watched, budget: list[int]) -> Usage:
     """Resident memory of every process below the init and the commands, plus the files (bounded reads)."""
-    usage = Usage(box.name, files=_files(box.init_pid))
+    usage = Usage(box.name, files=_files(box.files_root))
     todo = [box.init_pid, *box.commands]
     seen: set[int] = set()
     while todo and budget[0] > 0:
