@@ -121,7 +121,7 @@ class EmulatorApp:
         self._faulted = FaultMiddleware(
             self._core, self.faults, _Target(self.registry), body_limit=self.limits.upload_bytes
         )
-        self.interpreter = InterpreterService()
+        self.interpreter = InterpreterService(self.limits)
         ledgered = RecordingMiddleware(self._guarded, self.ledger, derive=False)
         # /_emulator/* is answered before the ledger and the faults (the shared control API)
         self._served = ControlEndpoint(
