@@ -1,8 +1,9 @@
 """The emulator's one ASGI app: control endpoint, ledger, fault layer, REST control plane, envd.
 
 Request flow: ``/_emulator/*`` (guarded by the emulator's key) is answered directly; every
-other request is recorded in the ledger, passes the fault layer, then goes to the REST
-control plane or, when it carries ``E2b-Sandbox-Id``, to that sandbox's envd.
+other request is recorded in the ledger, must carry the key of its door (``doors.py``), passes
+the fault layer, then goes to the REST control plane or, when it carries ``E2b-Sandbox-Id``,
+to that sandbox's envd or code interpreter.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from connectrpc.errors import ConnectError
 from e2b.envd.filesystem import filesystem_connect
 from e2b.envd.process import process_connect
 
-from pytest_e2b_env.emulator.control_plane import ControlPlane, api_key_ok
+from pytest_e2b_env.emulator import doors
+from pytest_e2b_env.emulator.control_plane import ControlPlane
 from pytest_e2b_env.emulator.envd_files import FilesystemService, files_api
 from pytest_e2b_env.emulator.envd_process import ProcessService
 from pytest_e2b_env.emulator.interpreter import JUPYTER_PORT, InterpreterService
@@ -52,7 +54,6 @@ from pytest_e2b_env.wire.recording import (
 if TYPE_CHECKING:
     from pytest_e2b_env.emulator.isolation.api import Backend
 
-ENVD_PORT = "49983"
 log = logging.getLogger("pytest_e2b_env.emulator")
 
 
@@ -120,7 +121,7 @@ class EmulatorApp:
         self._faulted = FaultMiddleware(
             self._core, self.faults, _Target(self.registry), body_limit=self.limits.upload_bytes
         )
-        self.interpreter = InterpreterService()
+        self.interpreter = InterpreterService(self.limits)
         ledgered = RecordingMiddleware(self._guarded, self.ledger, derive=False)
         # /_emulator/* is answered before the ledger and the faults (the shared control API)
         self._served = ControlEndpoint(
@@ -170,11 +171,25 @@ class EmulatorApp:
             await send(message)
 
         try:
-            await self._faulted(scope, receive, tracked)
+            await self._door(scope, receive, tracked)
         except Exception as exc:  # never a hang: the client gets an answer it can parse
             log.exception("emulator error on %s %s", scope["method"], scope["path"])
             if not started:
                 await send_answer(tracked, error(500, f"internal emulator error: {type(exc).__name__}"))
+
+    # ------------------------------------------------------------------ keys
+    def _keys_of(self, sandbox_id: str) -> tuple[str, str] | None:
+        sbx = self.registry.get(sandbox_id)
+        return None if sbx is None else (sbx.envd_access_token, sbx.traffic_access_token)
+
+    async def _door(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The request's key, before the fault layer and before any body is read."""
+        refused = doors.refusal(scope["method"], scope["path"], _headers(scope), self.api_key, self._keys_of)
+        if refused is None:
+            await self._faulted(scope, receive, send)
+            return
+        await drain(receive, self.limits.body_bytes)  # dropped, never kept
+        await send_answer(send, refused)
 
     # ------------------------------------------------------------------ REST + envd
     async def _core(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -182,11 +197,6 @@ class EmulatorApp:
         sandbox_id = headers.get("e2b-sandbox-id")
         if sandbox_id is not None:
             await self._envd(scope, receive, send, headers, sandbox_id)
-            return
-        # the key first: an unauthenticated body is never buffered
-        if not api_key_ok(headers, self.api_key):
-            await drain(receive, self.limits.body_bytes)
-            await send_answer(send, error(401, "Invalid API key"))
             return
         try:
             body = await read_body(receive, self.limits.body_bytes)
@@ -216,17 +226,11 @@ class EmulatorApp:
             body = {"sandboxId": sandbox_id, "message": "The sandbox was not found", "code": 502}
             await send_answer(send, answer(502, body))
             return
-        port = headers.get("e2b-sandbox-port", ENVD_PORT)
+        port = headers.get("e2b-sandbox-port", doors.ENVD_PORT)
         if port == JUPYTER_PORT:
-            # the SDK sends the access token on run_code only; a wrong one is refused (E2B's server)
-            token = headers.get("x-access-token")
-            if token is not None and token != sbx.envd_access_token:
-                await drain(receive, unwanted)
-                await send_answer(send, (401, [(b"content-type", b"text/plain")], b"Unauthorized"))
-                return
             await self.interpreter(scope, receive, send, sbx)
             return
-        if port != ENVD_PORT:
+        if port != doors.ENVD_PORT:
             await drain(receive, unwanted)
             body = {
                 "sandboxId": sandbox_id,
@@ -234,10 +238,6 @@ class EmulatorApp:
                 "port": port,
             }
             await send_answer(send, answer(502, {**body, "code": 502}))
-            return
-        if headers.get("x-access-token") != sbx.envd_access_token:
-            await drain(receive, unwanted)
-            await send_answer(send, error(401, "invalid or missing X-Access-Token for this sandbox"))
             return
         if path.startswith("/process.Process/"):
             await self.process_app(scope, receive, send)

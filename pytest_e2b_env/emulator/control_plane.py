@@ -298,8 +298,3 @@ def _decode_token(token: str) -> tuple[str, str] | None:
     except (binascii.Error, UnicodeDecodeError, ValueError):
         return None
     return (started, sandbox_id) if sandbox_id else None
-
-
-def api_key_ok(headers: Mapping[str, str], api_key: str) -> bool:
-    """Whether the request carries this emulator's key (``X-API-KEY``)."""
-    return headers.get("x-api-key") == api_key

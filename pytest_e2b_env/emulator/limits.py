@@ -13,6 +13,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+#: Fields with bounds beyond "positive": (lowest, highest, why).
+_RANGES = {
+    # a stream message of the kernel holds up to 32 Ki characters, escaped up to 12 bytes each;
+    # the kernel frames a message with 8 hex digits of length
+    "interpreter_message_bytes": (1 << 20, 1 << 30, "a kernel message must hold 32 KiB of text"),
+}
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -31,6 +38,14 @@ class Limits:
     #: Command output queued for one stream subscriber before the command's pipes stop being
     #: read (back-pressure: the command blocks on write, as with a real pipe).
     output_bytes: int = 4 << 20
+    #: Code-interpreter output of one cell queued for its client before the kernel's pipe stops
+    #: being read (back-pressure, as ``output_bytes``); a larger message passes alone.
+    interpreter_output_bytes: int = 4 << 20
+    #: The same for all cells of one sandbox together (its contexts share it).
+    interpreter_sandbox_bytes: int = 16 << 20
+    #: Largest message a kernel may send (one result with its representations, an error, a
+    #: stream chunk); the kernel keeps under it, a larger one is dropped with a note on stderr.
+    interpreter_message_bytes: int = 16 << 20
     #: Longest wait for a command to take stdin before ``send_stdin`` gives up (DEADLINE_EXCEEDED).
     stdin_wait_s: float = 60.0
     #: Longest wait for one files request to a sandbox's init; a silent init is torn down.
@@ -66,6 +81,10 @@ class Limits:
                 raise ValueError(f"limits: {name}={value!r} must be a positive number")
             if known[name].type == "int" and not isinstance(value, int):
                 raise ValueError(f"limits: {name}={value!r} must be an integer")
+            if name in _RANGES:
+                low, high, why = _RANGES[name]
+                if not low <= value <= high:
+                    raise ValueError(f"limits: {name}={value!r} must be between {low} and {high} ({why})")
         return cls(**values)
 
     @classmethod

@@ -1,6 +1,6 @@
 """Sandbox records and their registry: create, look up, expire, kill, lose.
 
-A sandbox is a record (template, metadata, envs, lifetime, access token) around a ``Box``
+A sandbox is a record (template, metadata, envs, lifetime, access tokens) around a ``Box``
 from the isolation backend. All methods run on the server's event loop thread; only the
 blocking part of a box's start and kill runs in worker threads (nothing of a box depends on
 the thread that made it: sandboxes die with the emulator through the backend's lifeline).
@@ -58,6 +58,8 @@ class Sandbox:
     end_at: dt.datetime
     box: Box
     envd_access_token: str = field(default_factory=lambda: secrets.token_hex(16))
+    #: the key of every port but envd's (E2B issues one to a sandbox whose ingress is not public)
+    traffic_access_token: str = field(default_factory=lambda: secrets.token_hex(16))
     state: str = "running"  # "running" | "killed"
     procs: dict[int, Proc] = field(default_factory=dict)
     timer: asyncio.TimerHandle | None = None
@@ -85,6 +87,7 @@ class Sandbox:
             "clientID": "local",
             "envdVersion": ENVD_VERSION,
             "envdAccessToken": self.envd_access_token,
+            "trafficAccessToken": self.traffic_access_token,
             "alias": self.template_id,
         }
 

@@ -6,12 +6,15 @@ namespaces and limits a command sees. It imports the standard library only: the 
 ``python3`` has none of the emulator's packages. It imports no other standalone module either,
 so the sandbox receives this file as it is.
 
-Protocol (one JSON object per line). Requests on the original stdin::
+Protocol. Requests on the original stdin, one JSON object per line::
 
+    {"op": "limits", "message_bytes": 16777216}
     {"op": "execute", "id": "<cell id>", "code": "...", "envs": {"K": "V"}}
     {"op": "chdir", "path": "/home/user"}
 
-Replies on the original stdout (``id`` names the cell)::
+Replies on the original stdout, each framed as 8 lower-case hex digits giving the length of the
+JSON object that follows (so the emulator knows a message's size before it reads it, and reads
+it only when it has room), never longer than ``message_bytes`` (``id`` names the cell)::
 
     {"type": "ready", "pid": 123}
     {"id": ..., "type": "count", "n": 1}
@@ -48,12 +51,14 @@ from typing import Any
 
 STREAM_CHUNK = 32 * 1024  # largest stream message, like envd's output events
 FLUSH_S = 0.2  # ipykernel's OutStream flush interval: quick prints arrive as one message
+MESSAGE_LIMIT = 16 * 1024 * 1024  # one message, framing excluded (the emulator's limits op sets it)
 MIME_LIMIT = 4 * 1024 * 1024  # one representation larger than this is dropped (noted on stderr)
-BUNDLE_LIMIT = 8 * 1024 * 1024  # all representations of one value (the emulator takes 16 MiB lines)
+BUNDLE_LIMIT = 8 * 1024 * 1024  # all representations of one value
 REPR_LIMIT = 1024 * 1024  # text/plain is cut here
 TEXT_LIMIT = 1024 * 1024  # an error's value, and its traceback, are cut here
 LINE_LIMIT = 2000  # one source line quoted in a traceback
 DASHES = "-" * 75
+CUT_NOTE = "\n[... cut: over the kernel's message limit]"
 
 _REPR_METHODS = (
     ("text/html", "_repr_html_"),
@@ -77,11 +82,65 @@ class Channel:
         self.cell: str | None = None  # the cell whose output is being captured
 
     def send(self, message: dict[str, Any]) -> None:
-        data = (json.dumps(message, ensure_ascii=True) + "\n").encode()
+        body = fit(message, MESSAGE_LIMIT)
+        data = b"%08x" % len(body) + body
         with self.lock:
             view = memoryview(data)
             while view:
                 view = view[os.write(self.fd, view) :]
+
+
+def set_limits(message_bytes: Any) -> None:
+    """Take the emulator's message cap: a value's representations keep to 7/8 of it (text/plain
+    and the message's own fields need the rest), one representation to 4 MiB at most."""
+    global MESSAGE_LIMIT, MIME_LIMIT, BUNDLE_LIMIT
+    if isinstance(message_bytes, int) and not isinstance(message_bytes, bool) and message_bytes >= 1 << 16:
+        MESSAGE_LIMIT = message_bytes
+        BUNDLE_LIMIT = min(8 * 1024 * 1024, message_bytes - message_bytes // 8)
+        MIME_LIMIT = min(4 * 1024 * 1024, BUNDLE_LIMIT)
+
+
+def _encode(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, ensure_ascii=True).encode()
+
+
+def fit(message: dict[str, Any], limit: int) -> bytes:
+    """The message encoded in at most ``limit`` bytes: its longest texts are halved (and say so)
+    until it fits; one that cannot shrink is replaced by a note on the cell's stderr."""
+    body = _encode(message)
+    if len(body) > limit:
+        message = json.loads(body)  # a copy: the texts may be a displayed object's own data
+    while len(body) > limit:
+        place = _longest_text(message)
+        if place is None:
+            break
+        holder, key, text = place
+        if len(text) <= 2 * len(CUT_NOTE):
+            break
+        holder[key] = text[: len(text) // 2] + CUT_NOTE
+        body = _encode(message)
+    if len(body) <= limit:
+        return body
+    note = f"[a kernel message of {len(body)} bytes was dropped: over the {limit}-byte limit]\n"
+    return _encode({"id": message.get("id"), "type": "stream", "name": "stderr", "text": note})
+
+
+def _longest_text(value: Any) -> tuple[Any, Any, str] | None:
+    """``(container, key, text)`` of the string that takes the most bytes encoded."""
+    best: tuple[Any, Any, str] | None = None
+    best_size = -1
+    stack = [value]
+    while stack:
+        holder = stack.pop()
+        items = holder.items() if isinstance(holder, dict) else enumerate(holder)
+        for key, item in items:
+            if isinstance(item, str):
+                size = len(json.dumps(item))
+                if size > best_size:
+                    best, best_size = (holder, key, item), size
+            elif isinstance(item, (dict, list)):
+                stack.append(item)
+    return best
 
 
 class Capture:
@@ -450,7 +509,9 @@ def main() -> None:
             continue
         if not isinstance(request, dict):
             continue
-        if request.get("op") == "chdir":
+        if request.get("op") == "limits":
+            set_limits(request.get("message_bytes"))
+        elif request.get("op") == "chdir":
             # like IPython's %cd: an unusable directory leaves the kernel where it was
             with contextlib.suppress(OSError):
                 os.chdir(str(request.get("path")))

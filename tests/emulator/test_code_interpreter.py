@@ -299,15 +299,16 @@ def test_ledger_names_the_interpreter_operations(ci: Sandbox, emu: Emulator) -> 
     ]
 
 
-def test_wrong_access_token_is_refused_on_the_port(ci: Sandbox, emu: Emulator) -> None:
-    """The port refuses a wrong X-Access-Token (401); without one (the SDK's context calls) it answers."""
+def test_the_port_takes_the_traffic_token_not_the_envd_one(ci: Sandbox, emu: Emulator) -> None:
+    """Port 49999 answers with E2B-Traffic-Access-Token (all the SDK's context calls send), 403 without."""
     import httpx
 
     headers = {"E2b-Sandbox-Id": ci.sandbox_id, "E2b-Sandbox-Port": "49999"}
-    wrong = httpx.post(
-        f"{emu.url}/execute", json={"code": "1"}, headers={**headers, "X-Access-Token": "nope"}, timeout=T
+    envd_only = httpx.get(
+        f"{emu.url}/contexts", headers={**headers, "X-Access-Token": str(ci._envd_access_token)}, timeout=T
     )
-    assert (wrong.status_code, wrong.text) == (401, "Unauthorized")
-    listed = httpx.get(f"{emu.url}/contexts", headers=headers, timeout=T)
+    assert envd_only.status_code == 403
+    token = {"E2B-Traffic-Access-Token": str(ci.traffic_access_token)}
+    listed = httpx.get(f"{emu.url}/contexts", headers={**headers, **token}, timeout=T)
     assert listed.status_code == 200
     assert [c["language"] for c in listed.json()] == ["python"]

@@ -43,10 +43,12 @@ def test_attach_sees_the_same_sandboxes(emu: Emulator, sbx: Any) -> None:
 
 
 def test_envd_needs_the_sandbox_access_token(emu: Emulator, sbx: Any) -> None:
-    """envd calls without the sandbox's X-Access-Token get 401, as on E2B."""
+    """envd calls without the sandbox's X-Access-Token get envd's 401; GET /health is open, as on envd."""
     headers = {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "49983", "X-Access-Token": "nope"}
-    status, body = _status(f"{emu.url}/health", headers)
+    status, body = _status(f"{emu.url}/files?path=/etc/hostname", headers)
     assert (status, body["code"]) == (401, 401)
+    assert body["message"].startswith("unauthorized access, please provide a valid access token")
+    assert _status(f"{emu.url}/health", headers)[0] == 204
 
 
 def test_stream_input_feeds_stdin(sbx: Any) -> None:

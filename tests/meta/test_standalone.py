@@ -133,7 +133,11 @@ def test_the_assembled_kernel_runs_a_cell(tmp_path: Path) -> None:
     request = {"op": "execute", "id": "c1", "code": "print(6 * 7)", "envs": {}}
     done = _run([str(path)], stdin=json.dumps(request) + "\n", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    lines, rest = [], done.stdout  # each message: 8 hex digits of length, then the JSON
+    while rest:
+        size = int(rest[:8], 16)
+        lines.append(json.loads(rest[8 : 8 + size]))
+        rest = rest[8 + size :]
     assert {"id": "c1", "type": "stream", "name": "stdout", "text": "42\n"} in lines
     assert lines[-1] == {"id": "c1", "type": "done"}
 

@@ -5,6 +5,10 @@ as ``root`` in ``/home/user`` like the template's Jupyter kernels, and fed its s
 stdin. Pipes are watched by the event loop (never a blocking read); one cell runs at a
 time, and a cell whose client went away keeps the kernel busy until it ends, as a Jupyter
 kernel does. A runner that dies mid-cell is reported as E2B reports a restarted kernel.
+
+Output is bounded (``budget.py``): a message is read from the runner's pipe only once its
+cell and its sandbox have room for it, and counted until the client has taken it; a message
+over the message cap is dropped unread with a note on the cell's stderr.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ import uuid
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from pytest_e2b_env.emulator.interpreter.outputs import convert, error_line
+from pytest_e2b_env.emulator.interpreter.budget import Abandoned, Gauge, OutputBudget
+from pytest_e2b_env.emulator.interpreter.frames import FrameReader
+from pytest_e2b_env.emulator.interpreter.outputs import convert, error_line, stream_line
 from pytest_e2b_env.standalone import assemble
 
 if TYPE_CHECKING:
@@ -28,9 +34,9 @@ if TYPE_CHECKING:
 
 KERNEL_USER = "root"  # E2B's Jupyter server and its kernels run as root (jupyter.service has no User=)
 KERNEL_HOME = "/home/user"
-LINE_LIMIT = 16 * 1024 * 1024  # one kernel message (the runner drops larger representations)
 START_TIMEOUT_S = 30.0
-BACKLOG = 64  # queued lines per cell before the runner's pipe is left unread (backpressure)
+READY_BYTES = 4096  # the runner's first message
+CONTROL_BYTES = 4096  # a message for no cell, or for one whose client left, larger than this is skipped
 
 _BOOT = (
     "import os\nn={n};b=b''\nwhile len(b)<n:\n c=os.read(0,n-len(b))\n if not c:raise SystemExit(3)\n b+=c\n"
@@ -64,23 +70,28 @@ DONE, LOST = _Done(), _Lost()
 
 
 class Execution:
-    """One cell's lines, in order, with backpressure towards the runner."""
+    """One cell's lines, in order, each with the bytes it holds in the sandbox's budget."""
 
-    def __init__(self, cell_id: str) -> None:
+    def __init__(self, cell_id: str, budget: OutputBudget) -> None:
         self.cell_id = cell_id
-        self.queue: asyncio.Queue[Any] = asyncio.Queue()
-        self.room = asyncio.Event()
-        self.room.set()
+        self.budget = budget
+        self.gauge: Gauge = budget.cell()
+        self.queue: asyncio.Queue[tuple[Any, int]] = asyncio.Queue()
         self.finished = False
         self.detached = False
         self.on_finish: list[Any] = []
 
-    def put(self, item: Any) -> None:
+    @property
+    def attached(self) -> bool:
+        """Whether a client still waits for this cell's lines."""
+        return not self.detached
+
+    def put(self, item: Any, size: int = 0) -> None:
+        """Queue a line holding ``size`` reserved bytes (dropped once the client has left)."""
         if self.detached:
+            self.budget.release(size, self.gauge)
             return
-        self.queue.put_nowait(item)
-        if self.queue.qsize() >= BACKLOG:
-            self.room.clear()
+        self.queue.put_nowait((item, size))
 
     def finish(self, *final: Any) -> None:
         if self.finished:
@@ -88,40 +99,48 @@ class Execution:
         for item in final:
             self.put(item)
         self.finished = True
-        self.room.set()
         for callback in self.on_finish:
             callback()
         self.on_finish.clear()
 
-    async def next(self) -> dict[str, Any] | None:
-        """The next E2B line; None after the last one. Raises KernelLost when the sandbox died."""
-        item = await self.queue.get()
-        if self.queue.qsize() < BACKLOG // 2:
-            self.room.set()
+    async def next(self) -> tuple[dict[str, Any] | None, int]:
+        """The next E2B line and the bytes it holds; ``(None, 0)`` after the last one.
+
+        Raises KernelLost when the sandbox died. The caller gives the bytes back with
+        :meth:`sent` once the client has taken the line.
+        """
+        item, size = await self.queue.get()
         if item is DONE:
-            return None
+            return None, 0
         if item is LOST:
             raise KernelLost
-        return item
+        return item, size
+
+    def sent(self, size: int) -> None:
+        """A line has left the server: its bytes are free."""
+        self.budget.release(size, self.gauge)
 
     def detach(self) -> None:
-        """The client is gone: drop further lines (the cell itself runs on)."""
+        """The client is gone: drop further lines and free what the cell holds (it runs on)."""
         self.detached = True
         while not self.queue.empty():
             self.queue.get_nowait()
-        self.room.set()
+        self.budget.close(self.gauge)
 
 
 class Kernel:
     """A runner process for one context; started on first use and after a crash or restart."""
 
-    def __init__(self, sbx: Sandbox, cwd: str) -> None:
+    def __init__(self, sbx: Sandbox, cwd: str, budget: OutputBudget, message_limit: int) -> None:
         self.sbx = sbx
         self.cwd = cwd
+        self.budget = budget
+        self.message_limit = message_limit
         self.lock = asyncio.Lock()
         self.popen: subprocess.Popen[bytes] | None = None
         self._stdin: asyncio.WriteTransport | None = None
         self._transports: list[asyncio.BaseTransport] = []
+        self._frames: FrameReader | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._current: Execution | None = None
         self._ending: str | None = None  # why we are stopping the runner ourselves
@@ -170,31 +189,32 @@ class Kernel:
             raise
 
     async def _connect(self, popen: subprocess.Popen[bytes]) -> None:
-        """Hand the runner its source and wait until it says it is ready."""
+        """Hand the runner its source and limits and wait until it says it is ready."""
         assert popen.stdin is not None
         assert popen.stdout is not None
         assert popen.stderr is not None
         loop = asyncio.get_running_loop()
         source = runner_source()
-        reader = asyncio.StreamReader(limit=LINE_LIMIT)
-        out, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), popen.stdout)
+        frames = self._frames = FrameReader(popen.stdout)
         err, _ = await loop.connect_read_pipe(lambda: _Tail(self._stderr), popen.stderr)
         stdin, _ = await loop.connect_write_pipe(asyncio.Protocol, popen.stdin)
-        self._transports = [out, err, stdin]
+        self._transports = [err, stdin]
         self._stdin = stdin
         stdin.write(source)
-        try:
+        ready: Any = None
+        with contextlib.suppress(TimeoutError, ValueError):
             async with asyncio.timeout(START_TIMEOUT_S):
-                ready = await reader.readline()
-        except (TimeoutError, ValueError, ConnectionError):
-            ready = b""
-        if not ready.startswith(b'{"type": "ready"'):
+                size = await frames.header()
+                body = await frames.body(size) if size is not None and size <= READY_BYTES else None
+                ready = json.loads(body) if body is not None else None
+        if not isinstance(ready, dict) or ready.get("type") != "ready":
             tail = b"".join(self._stderr).decode("utf-8", "replace").strip()[-500:]
             await self._stop_process()
             if not self.sbx.running:
                 raise KernelLost
             raise KernelStartError(f"python3 did not start a kernel in the sandbox: {tail or 'no output'}")
-        self._reader_task = asyncio.ensure_future(self._read(reader))
+        self._send({"op": "limits", "message_bytes": self.message_limit})
+        self._reader_task = asyncio.ensure_future(self._read(frames))
         if self.cwd != KERNEL_HOME:
             self._send({"op": "chdir", "path": self.cwd})
 
@@ -209,7 +229,7 @@ class Kernel:
         try:
             if not self.running:
                 await self._start()
-            execution = Execution(uuid.uuid4().hex)
+            execution = Execution(uuid.uuid4().hex, self.budget)
             execution.on_finish.append(self.lock.release)
             self._current = execution
             self._send({"op": "execute", "id": execution.cell_id, "code": code, "envs": envs})
@@ -218,35 +238,82 @@ class Kernel:
             self.lock.release()
             raise
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
+    async def _read(self, frames: FrameReader) -> None:
         try:
             while True:
-                try:
-                    line = await reader.readline()
-                except (ValueError, ConnectionError):  # a line over LINE_LIMIT: the runner is broken
+                size = await frames.header()
+                if size is None:  # the pipe ended, or the runner broke the framing
                     break
-                if not line:
-                    break
-                try:
-                    message = json.loads(line)
-                except ValueError:
-                    continue
                 current = self._current
-                if not isinstance(message, dict) or current is None or message.get("id") != current.cell_id:
-                    continue  # output between cells, or of a cell nobody waits for
-                if message.get("type") == "exiting":
-                    self._retiring = True
+                attached = current is not None and current.attached
+                if size > self.message_limit:
+                    if not await frames.skip(size):
+                        break
+                    note = dropped_note(size, self.message_limit)
+                    if current is not None and attached and not await self._note(frames, current, note):
+                        break
                     continue
-                if message.get("type") == "done":
-                    self._current = None
-                    current.finish(DONE)
+                if not attached and size > CONTROL_BYTES:  # output nobody waits for
+                    if not await frames.skip(size):
+                        break
                     continue
-                converted = convert(message)
-                if converted is not None:
-                    await current.room.wait()
-                    current.put(converted)
+                if not await self._take(frames, size, current):
+                    break
         finally:
             self._died()
+
+    async def _reserve(self, frames: FrameReader, size: int, current: Execution | None) -> Gauge | None:
+        """Room for ``size`` bytes (see ``OutputBudget.reserve``); Abandoned once the pipe is closed."""
+
+        def cell_of() -> Gauge | None:
+            return current.gauge if current is not None and current.attached else None
+
+        return await self.budget.reserve(size, cell_of, lambda: frames.closed)
+
+    async def _take(self, frames: FrameReader, size: int, current: Execution | None) -> bool:
+        """Reserve room for one message, read it and route it; False when the pipe ended."""
+        try:
+            account = await self._reserve(frames, size, current)
+        except Abandoned:
+            return False
+        queued = False
+        try:
+            body = await frames.body(size)
+            if body is None:
+                return False
+            try:
+                message = json.loads(body)
+            except ValueError:
+                return True
+            del body
+            if not isinstance(message, dict) or current is None or message.get("id") != current.cell_id:
+                return True  # output between cells, or of a cell nobody waits for
+            if message.get("type") == "exiting":
+                self._retiring = True
+            elif message.get("type") == "done":
+                self._current = None
+                current.finish(DONE)
+            elif (converted := convert(message)) is not None and account is not None:
+                current.put(converted, size)
+                queued = True
+            return True
+        finally:
+            if not queued:
+                self.budget.release(size, account)
+
+    async def _note(self, frames: FrameReader, current: Execution, text: str) -> bool:
+        """A line of the emulator's own on the cell's stderr, counted like the cell's output."""
+        line = stream_line("stderr", text)
+        size = len(json.dumps(line))
+        try:
+            account = await self._reserve(frames, size, current)
+        except Abandoned:
+            return False
+        if account is None:  # the client left meanwhile
+            self.budget.release(size, account)
+            return True
+        current.put(line, size)
+        return True
 
     def _died(self) -> None:
         """The runner's protocol pipe closed: tell the waiting cell why."""
@@ -274,6 +341,10 @@ class Kernel:
             transport.close()
         self._transports = []
         self._stdin = None
+        if self._frames is not None:
+            self._frames.close()
+            self._frames = None
+            self.budget.wake()  # a reader waiting for room gives up
 
     def _detach_process(self) -> subprocess.Popen[bytes] | None:
         """Forget the runner at once (a new one may start before the old one is reaped)."""
@@ -325,6 +396,14 @@ async def _reap(popen: subprocess.Popen[bytes]) -> None:
         if popen.poll() is not None:
             return
         await asyncio.sleep(0.01)
+
+
+def dropped_note(size: int, limit: int) -> str:
+    """The stderr note for a kernel message over the cap, naming both and the way out."""
+    return (
+        f"[emulator: a kernel message of {size} bytes was dropped: over interpreter_message_bytes="
+        f"{limit}; raise it with Emulator(limits=...)]\n"
+    )
 
 
 class _Tail(asyncio.Protocol):

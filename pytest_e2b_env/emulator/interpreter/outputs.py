@@ -38,6 +38,11 @@ def error_line(name: str, value: str, traceback: str = "") -> dict[str, Any]:
     return {"type": "error", "name": name, "value": value, "traceback": traceback}
 
 
+def stream_line(name: str, text: str) -> dict[str, Any]:
+    """A ``stdout`` / ``stderr`` line."""
+    return {"type": name, "text": text, "timestamp": _now()}
+
+
 def result_line(data: dict[str, Any], is_main_result: bool) -> dict[str, Any]:
     """E2B's ``Result`` for a MIME bundle (``None`` fields left out, as ``exclude_none`` does)."""
     bundle = dict(data)
@@ -71,7 +76,7 @@ def convert(message: Any) -> dict[str, Any] | None:
     elif kind == "stream":
         name, text = message.get("name"), message.get("text")
         if name in ("stdout", "stderr") and isinstance(text, str):
-            return {"type": name, "text": text, "timestamp": _now()}
+            return stream_line(name, text)
     elif kind == "display":
         data = message.get("data")
         if isinstance(data, dict) and all(isinstance(k, str) for k in data):

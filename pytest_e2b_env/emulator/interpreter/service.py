@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pytest_e2b_env.emulator.interpreter.budget import OutputBudget
 from pytest_e2b_env.emulator.interpreter.kernel import (
     KERNEL_HOME,
     Execution,
@@ -24,6 +25,7 @@ from pytest_e2b_env.emulator.interpreter.kernel import (
     KernelStartError,
 )
 from pytest_e2b_env.emulator.interpreter.outputs import END_OF_EXECUTION, error_line
+from pytest_e2b_env.emulator.limits import Limits
 from pytest_e2b_env.wire.faults import BodyTooLarge, Receive, Scope, Send, read_body, send_answer
 
 if TYPE_CHECKING:
@@ -66,15 +68,18 @@ def no_kernel(language: str) -> str:
 
 
 class SandboxInterpreter:
-    """The contexts of one sandbox (a default Python context always exists)."""
+    """The contexts of one sandbox (a default Python context always exists) and their output budget."""
 
-    def __init__(self, sbx: Sandbox) -> None:
+    def __init__(self, sbx: Sandbox, limits: Limits) -> None:
         self.sbx = sbx
+        self.limits = limits
+        self.budget = OutputBudget(limits.interpreter_output_bytes, limits.interpreter_sandbox_bytes)
         self.contexts: dict[str, Context] = {}
         self.default = self._new(KERNEL_HOME)
 
     def _new(self, cwd: str) -> Context:
-        context = Context(str(uuid.uuid4()), cwd, Kernel(self.sbx, cwd))
+        kernel = Kernel(self.sbx, cwd, self.budget, self.limits.interpreter_message_bytes)
+        context = Context(str(uuid.uuid4()), cwd, kernel)
         self.contexts[context.context_id] = context
         return context
 
@@ -102,15 +107,16 @@ async def _until_disconnect(receive: Receive) -> None:
 
 
 class InterpreterService:
-    """Port 49999 of every sandbox of one emulator."""
+    """Port 49999 of every sandbox of one emulator (the app has checked the request's key)."""
 
-    def __init__(self) -> None:
+    def __init__(self, limits: Limits | None = None) -> None:
+        self.limits = limits if limits is not None else Limits()
         self._boxes: dict[str, SandboxInterpreter] = {}
 
     def _of(self, sbx: Sandbox) -> SandboxInterpreter:
         found = self._boxes.get(sbx.sandbox_id)
         if found is None:
-            found = self._boxes[sbx.sandbox_id] = SandboxInterpreter(sbx)
+            found = self._boxes[sbx.sandbox_id] = SandboxInterpreter(sbx, self.limits)
 
             def forget(sandbox_id: str = sbx.sandbox_id) -> None:
                 gone = self._boxes.pop(sandbox_id, None)
@@ -230,6 +236,11 @@ class InterpreterService:
             data = (json.dumps(payload) + "\n").encode()
             await send({"type": "http.response.body", "body": data, "more_body": True})
 
+        async def taken() -> None:
+            # an empty chunk writes nothing but waits, as every send does, until the server's
+            # buffer for this connection has drained: the line before it has left the emulator
+            await send({"type": "http.response.body", "body": b"", "more_body": True})
+
         execution: Execution | None = None
         try:
             submitted = asyncio.ensure_future(context.kernel.submit(code, envs))
@@ -252,10 +263,14 @@ class InterpreterService:
                 if not item.done():  # client gone (its timeout): the cell runs on in the kernel
                     item.cancel()
                     return
-                payload = item.result()
+                payload, size = item.result()
+                del item  # the line is held by the server's buffer alone while it drains
                 if payload is None:
                     break
                 await line(payload)
+                del payload
+                await taken()
+                execution.sent(size)
             await line(END_OF_EXECUTION)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except KernelLost:
