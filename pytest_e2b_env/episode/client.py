@@ -101,6 +101,9 @@ class ReportEpisode:
         "warm_up": warm_up,
         "preload": preload,
         "release": release,
+        # The repair commands run in a sandbox's own /home/user: below the namespaces level
+        # commands run on the host, where the task's files are not.
+        "needs_isolation": True,
     }
     #: The server-side environment class (None: the reference :class:`RepairEnvironment`). A
     #: subclass that pins its own environment always gets its own process-wide loopback server.

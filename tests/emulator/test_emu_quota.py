@@ -62,7 +62,8 @@ def test_writes_past_the_disk_quota_fail_and_never_reach_the_host_disk(
     assert "No space left on device" in result.stderr
     assert int(lines[1].split()[1]) == DISK_MB  # df shows the quota as the disk's size
     assert small.pid is not None
-    assert _host_files_over(Path("/var/tmp/pytest-e2b-env") / str(small.pid), 1 << 20) == []
+    (root,) = [p for p in Path("/var/tmp/pytest-e2b-env").glob(f"{small.pid}-*") if p.is_dir()]
+    assert _host_files_over(root, 1 << 20) == []
     with pytest.raises(NotEnoughSpaceException):  # the files API hits the same quota
         sandbox.files.write("/home/user/big.bin", b"x" * (40 << 20))
     assert (
@@ -72,7 +73,8 @@ def test_writes_past_the_disk_quota_fail_and_never_reach_the_host_disk(
 
 
 def test_memory_past_the_quota_kills_the_hog_not_the_sandbox(small: Emulator, sandbox: object) -> None:
-    """A process touching 512 MiB in a sandbox limited to 288 MiB is killed; the sandbox keeps working."""
+    """A process touching 512 MiB in a sandbox limited to 288 MiB is killed (by its memory cgroup, or
+    the emulator's watchdog where there is none); the sandbox keeps working."""
     from e2b import Sandbox
 
     assert isinstance(sandbox, Sandbox)
@@ -81,7 +83,7 @@ def test_memory_past_the_quota_kills_the_hog_not_the_sandbox(small: Emulator, sa
     result = sandbox.commands.run(
         "python3 -c 'b = bytearray(512 << 20); print(\"allocated\")'; echo rc=$?", timeout=60
     )
-    assert result.stdout.split() == ["rc=137"]  # SIGKILL from the OOM killer of its cgroup
+    assert result.stdout.split() == ["rc=137"]  # SIGKILL: its cgroup's OOM killer, or the watchdog
     assert sandbox.commands.run("echo alive").stdout == "alive\n"
 
 
@@ -106,7 +108,7 @@ def test_cgroups_of_a_killed_emulator_are_swept(small: Emulator, controller: str
     from pytest_e2b_env.emulator.isolation.quota import _own_cgroup
 
     parent, why = _own_cgroup(controller)
-    if parent is None or f"no {controller} quota" in small.isolation_reason.lower():
+    if parent is None or f"(cgroup v1 {controller})" not in small.isolation_reason:
         pytest.skip(why or small.isolation_reason)
     with Emulator() as doomed:
         assert doomed.pid is not None

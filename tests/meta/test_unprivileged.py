@@ -62,7 +62,8 @@ def test_the_isolation_quota_and_hostile_tests_pass_as_that_user(account: Accoun
     """The emulator's isolation and quota tests and the reward pool's hostile battery run as the account,
     in the user namespace the emulator's own process enters; each says what the level gives."""
     suite = account.directory("suite")
-    shutil.copytree(ROOT / "tests", suite / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    for part in ("tests", "fixtures", "cases"):
+        shutil.copytree(ROOT / part, suite / part, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy2(ROOT / "pyproject.toml", suite / "pyproject.toml")
     basetemp = account.directory("basetemp")
     done = account.run(
@@ -88,22 +89,10 @@ def test_without_user_namespaces_the_run_says_why_and_fails_nothing(account: Acc
     one header line names the cause and the fix, every case needing isolation is skipped with it, and
     nothing fails: the bundled code passes or is skipped."""
     project = account.directory("project-off")
-    # root of a user namespace of its own may lower that namespace's limit; the host's stays as it is
-    wrap = [
-        "unshare",
-        "--user",
-        "--map-users=0,0,1",
-        f"--map-users={account.uid},{account.uid},1",
-        "--map-groups=0,0,1",
-        f"--map-groups={account.gid},{account.gid},1",
-        "--",
-        "sh",
-        "-c",
-        'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"',
-        "sh",
-    ]
     done = account.run(
-        [account.python.parent / "pytest-e2b-env", "validate", "--output", project / "ev"], project, wrap=wrap
+        [account.python.parent / "pytest-e2b-env", "validate", "--output", project / "ev"],
+        project,
+        wrap=account.without_user_namespaces(),
     )
     assert done.returncode == 0, (done.stdout[-6000:], done.stderr[-3000:])
     cause = (

@@ -42,6 +42,33 @@ sys.exit(pytest.main(sys.argv[1:]))
 """
 
 
+#: Run as root: a user namespace mapping root and one account to themselves, whose own
+#: ``user.max_user_namespaces`` is 0 (the host's stays as it is), then exec the rest of argv.
+NO_USER_NAMESPACES = """
+import ctypes, os, sys
+uid, gid = int(sys.argv[1]), int(sys.argv[2])
+go_r, go_w = os.pipe()
+done_r, done_w = os.pipe()
+pid = os.fork()
+if pid == 0:  # writes the maps of its parent's new namespace (root may map any id it has)
+    os.read(go_r, 1)
+    parent = os.getppid()
+    for name, mine in (("uid_map", uid), ("gid_map", gid)):
+        with open(f"/proc/{parent}/{name}", "w") as fh:
+            fh.write(f"0 0 1\\n{mine} {mine} 1\\n")
+    os.write(done_w, b"1")
+    os._exit(0)
+if ctypes.CDLL(None, use_errno=True).unshare(0x10000000) != 0:
+    sys.exit(f"unshare: {os.strerror(ctypes.get_errno())}")
+os.write(go_w, b"1")
+os.read(done_r, 1)
+os.waitpid(pid, 0)
+with open("/proc/sys/user/max_user_namespaces", "w") as fh:
+    fh.write("0")
+os.execvp(sys.argv[3], sys.argv[3:])
+"""
+
+
 @dataclass(frozen=True)
 class Account:
     """A fresh account, and where it runs things: its home, the project's venv, the dependencies."""
@@ -118,6 +145,10 @@ class Account:
             check=False,
             stdin=subprocess.DEVNULL,
         )
+
+    def without_user_namespaces(self) -> list[str]:
+        """A ``wrap`` after which no user namespace can be created (see :data:`NO_USER_NAMESPACES`)."""
+        return [sys.executable, "-c", NO_USER_NAMESPACES, str(self.uid), str(self.gid)]
 
     def directory(self, name: str) -> Path:
         """A directory of its own in the work area."""
