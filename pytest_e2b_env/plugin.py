@@ -178,6 +178,10 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = resolve(config)
     config.stash[settings_key] = settings
     config.stash[runtime_key] = Runtime(settings)
+    from pytest_e2b_env.adapter.redact import ReportGuard
+
+    # Every process: reports are redacted before the terminal, --junitxml or xdist's wire see them.
+    config.pluginmanager.register(ReportGuard(config), "e2b_env_redact")
     if not hasattr(config, "workerinput"):
         from pytest_e2b_env.adapter.report import EvidenceReporter
 
@@ -271,7 +275,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
             lines.append(f"e2b: hostile and isolation cases are skipped: {target.isolation_reason}")
     if subjects:
         lines.append(f"e2b subjects: {subjects}")
-    return lines + [f"e2b: {line}" for line in runtime.stale_runs]
+    redactor = runtime.redactor()
+    return [redactor.text(line) for line in [*lines, *(f"e2b: {line}" for line in runtime.stale_runs)]]
 
 
 def pytest_ignore_collect(collection_path: Any, config: pytest.Config) -> bool | None:

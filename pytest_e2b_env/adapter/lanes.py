@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pytest_e2b_env.catalog.record import CaseRecord
+from pytest_e2b_env.evidence.redaction import Redactor
 
 if TYPE_CHECKING:
     from pytest_e2b_env.adapter.settings import Settings
@@ -65,7 +66,19 @@ def host_for(
 def run_on(
     case: Case, subject: Subject, settings: Settings, target: Target, host: CaseHost | None
 ) -> CaseRecord:
-    """One case on one target: in its case host when there is one, else in this process."""
+    """One case on one target: in its case host when there is one, else in this process.
+
+    The record comes back redacted, before any of it is cut into a failure message, a skip
+    reason or a warning (or a task check's reason).
+    """
+    from pytest_e2b_env.adapter.redact import redact_record
+
+    return redact_record(_run_on(case, subject, settings, target, host), [target.api_key])
+
+
+def _run_on(
+    case: Case, subject: Subject, settings: Settings, target: Target, host: CaseHost | None
+) -> CaseRecord:
     from pytest_e2b_env.catalog.runner import run_case
 
     if host is None:
@@ -346,7 +359,8 @@ class Lanes:
         except Exception as exc:
             with self._lock:
                 self._alive[kind] -= 1
-                self.problems.append(f"lane {number} did not start: {type(exc).__name__}: {str(exc)[:200]}")
+                reason = Redactor().text(str(exc))[:200]  # redacted before the cut
+                self.problems.append(f"lane {number} did not start: {type(exc).__name__}: {reason}")
             return
         hosts: dict[str, CaseHost] = {}
 

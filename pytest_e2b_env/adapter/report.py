@@ -17,13 +17,31 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_e2b_env.adapter.items import COLLECTOR_NAME
+from pytest_e2b_env.adapter.keys import runtime_key
 from pytest_e2b_env.adapter.settings import Settings
 from pytest_e2b_env.catalog.record import CaseRecord
+from pytest_e2b_env.evidence.redaction import Redactor
 
 if TYPE_CHECKING:
     from pytest_e2b_env.catalog.model import Case
 
 PREFIX = COLLECTOR_NAME + "::"
+
+
+class Redacting:
+    """A terminal reporter's ``section`` and ``write_line`` with every line redacted."""
+
+    def __init__(self, terminalreporter: Any, redactor: Redactor) -> None:
+        self._tr = terminalreporter
+        self._redactor = redactor
+
+    def section(self, title: str) -> None:
+        """A titled separator line."""
+        self._tr.section(self._redactor.text(title))
+
+    def write_line(self, line: str, **markup: bool) -> None:
+        """One line, redacted."""
+        self._tr.write_line(self._redactor.text(line), **markup)
 
 
 def case_id_of(nodeid: str) -> str | None:
@@ -132,8 +150,6 @@ class EvidenceReporter:
         from pytest_e2b_env.evidence.runinfo import subject_source
 
         stopped = bool(session.shouldstop or session.shouldfail)
-        from pytest_e2b_env.adapter.keys import runtime_key
-
         known = {c.id: c for c in (self.config.stash[runtime_key].loaded_cases or [])}
         for case_id in self.expected:
             if case_id not in self.records and stopped:
@@ -147,7 +163,6 @@ class EvidenceReporter:
                 self.records[case_id] = CaseRecord.not_run(case_id, reason, **fields).to_dict()
         if not self.info.get("catalog_hash"):
             try:
-                from pytest_e2b_env.adapter.keys import runtime_key
                 from pytest_e2b_env.catalog.loader import catalog_hash
 
                 self.info["catalog_hash"] = catalog_hash(self.config.stash[runtime_key].cases(self.config))
@@ -182,10 +197,13 @@ class EvidenceReporter:
             manifest["tasks_digest"] = self.info["tasks_digest"]
         if self.settings.live:
             manifest["live_endpoint"] = "E2B (through the fault proxy)"
+        runtime = self.config.stash[runtime_key]
+        # The targets' keys (this process's and its lanes'); the environment's are always known.
+        secrets = [s for s in [*self.info.get("secrets", []), *runtime.keys] if s]
         try:
-            writer = BundleWriter(self.settings.evidence, self.settings.run_id, manifest)
+            writer = BundleWriter(self.settings.evidence, self.settings.run_id, manifest, secrets=secrets)
 
-            for problem in self.config.stash[runtime_key].problems:
+            for problem in runtime.problems:
                 writer.add_problem(problem)
             for record in self.records.values():
                 writer.add_case(record)
@@ -197,7 +215,6 @@ class EvidenceReporter:
                 f"{r['id']}: {r['status']} {r.get('reason') or ''}".rstrip() for r in self.records.values()
             )
             writer.add_log("summary", summary + "\n")
-            secrets = [s for s in self.info.get("secrets", []) if s]
             self.bundle = writer.finish(self.expected, secrets=secrets, family_seconds=self.family_seconds())
             self.problems = list(verify_bundle(self.bundle, self.expected, secrets))
         except Exception as exc:  # the bundle failing must fail the run, loudly
@@ -205,6 +222,8 @@ class EvidenceReporter:
         coverage = self._coverage()
         if coverage is not None and not coverage.get("complete", False):
             self.problems.append("coverage.json is incomplete (a case is missing)")
+        # Printed and summarised: an exception's text in them is redacted like the bundle.
+        self.problems = [runtime.redactor().text(p) for p in self.problems]
         if self.settings.summary is not None and self.bundle is not None:
             from pytest_e2b_env.evidence.summary import write_summary
 
@@ -230,7 +249,7 @@ class EvidenceReporter:
         """Per-family wall time, the bundle path and any bundle problem."""
         if not self.records:
             return
-        tr = terminalreporter
+        tr = Redacting(terminalreporter, self.config.stash[runtime_key].redactor())
         tr.section("e2b catalog")
         counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         for record in self.records.values():

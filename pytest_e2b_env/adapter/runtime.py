@@ -18,6 +18,7 @@ from pytest_e2b_env.catalog.contract import Subject
 from pytest_e2b_env.catalog.loader import load_cases
 from pytest_e2b_env.catalog.model import Case
 from pytest_e2b_env.errors import ConfigError, InfrastructureError
+from pytest_e2b_env.evidence.redaction import Redactor
 from pytest_e2b_env.settings import TargetSettings
 from pytest_e2b_env.targets import Target, open_target
 
@@ -43,6 +44,10 @@ class Runtime:
         self.lanes: Lanes | None = None
         self._preopened: PreOpened | None = None
         self._own: PreOpened | None = None  # this process's target, opening in the background
+        #: The API keys of every target this process opened (its own, its lanes'): redacted from
+        #: all the plugin prints or hands pytest, as from the bundle.
+        self.keys: list[str] = []
+        self._redactor: tuple[tuple[str, ...], Redactor] | None = None
 
     def host(self, kind: str) -> CaseHost | None:
         """The process that runs this kind's subject code, offline and live (see docs/plugin.md).
@@ -69,9 +74,20 @@ class Runtime:
 
             try:
                 self._subjects[kind] = load_subject(spec, kind, self.settings.contract_for(kind))
-            except ConfigError as exc:
-                raise pytest.UsageError(str(exc)) from None
+            except ConfigError as exc:  # may quote the subject's import error
+                raise pytest.UsageError(self.redactor().text(str(exc))) from None
         return self._subjects[kind]
+
+    def redactor(self) -> Redactor:
+        """The bundle's redaction with this process's target keys: for what reaches the terminal."""
+        keys = tuple(self.keys)
+        if self._redactor is None or self._redactor[0] != keys:
+            self._redactor = (keys, Redactor(keys))
+        return self._redactor[1]
+
+    def brief(self, exc: BaseException, limit: int | None = 200) -> str:
+        """``Type: message``: the message redacted first, then cut to ``limit`` characters (None: whole)."""
+        return f"{type(exc).__name__}: {self.redactor().text(str(exc))[:limit]}"
 
     def open_soon(self) -> None:
         """Start opening this process's target in the background (session start); :meth:`target` waits.
@@ -90,14 +106,10 @@ class Runtime:
             raise InfrastructureError(self._failure)
         if self._target is None:
             try:
-                if self._own is not None:
-                    target = self._own.take()  # opening since session start
-                else:
-                    target = open_target(
-                        TargetSettings.from_env(live=self.settings.live, run_id=self.settings.run_id)
-                    )
+                # _own: opening in the background since session start (open_soon)
+                target = self._own.take() if self._own is not None else self._open_lane_target()
             except Exception as exc:  # remembered: every later case fails fast with the same message
-                self._failure = f"the {self.settings.mode} target did not start: {type(exc).__name__}: {exc}"
+                self._failure = f"the {self.settings.mode} target did not start: {self.brief(exc, None)}"
                 self.problems.append(self._failure)
                 raise InfrastructureError(self._failure) from None
             if self.settings.live:
@@ -110,7 +122,7 @@ class Runtime:
                         target.close()
                     self._failure = (
                         f"the live E2B API at {target.endpoint or 'the configured URL'} did not answer: "
-                        f"{type(exc).__name__}: {str(exc)[:200]}; check the network and E2B_API_KEY"
+                        f"{self.brief(exc)}; check the network and E2B_API_KEY"
                     )
                     self.problems.append(self._failure)
                     raise InfrastructureError(self._failure) from None
@@ -180,7 +192,9 @@ class Runtime:
                     subject.contract.warm_up()
 
     def _open_lane_target(self) -> Target:
-        return open_target(TargetSettings.from_env(live=self.settings.live, run_id=self.settings.run_id))
+        target = open_target(TargetSettings.from_env(live=self.settings.live, run_id=self.settings.run_id))
+        self.keys.append(target.api_key)
+        return target
 
     def preopen_lanes(self) -> None:
         """Open the lanes' targets in the background now (session start), while pytest collects.
@@ -251,7 +265,7 @@ class Runtime:
         try:
             self._release_own(problems)
         except Exception as exc:  # in a thread: named in the bundle instead of lost
-            problems.append(f"releasing this process's hosts failed: {type(exc).__name__}: {str(exc)[:200]}")
+            problems.append(f"releasing this process's hosts failed: {self.brief(exc)}")
 
     def _release_own(self, problems: list[str]) -> None:
         hosts, self._hosts = list(self._hosts.values()), {}
@@ -259,7 +273,7 @@ class Runtime:
             try:
                 host.close()
             except Exception as exc:  # the others, the sweep and the target still go
-                problems.append(f"stopping a case host failed: {type(exc).__name__}: {str(exc)[:200]}")
+                problems.append(f"stopping a case host failed: {self.brief(exc)}")
         if self._target is not None:
             target, self._target = self._target, None
             # What a subject keeps process-wide here (fixtures and live cases ran it in this
@@ -271,12 +285,12 @@ class Runtime:
             try:
                 target.sweep()
             except Exception as exc:  # reported in the bundle, never a traceback at session end
-                problems.append(f"the final sweep failed: {type(exc).__name__}: {str(exc)[:200]}")
+                problems.append(f"the final sweep failed: {self.brief(exc)}")
             finally:
                 try:
                     target.close()
                 except Exception as exc:
-                    problems.append(f"stopping the target failed: {type(exc).__name__}: {str(exc)[:200]}")
+                    problems.append(f"stopping the target failed: {self.brief(exc)}")
         own, self._own = self._own, None
         if own is not None:  # after its target closed (or to close one never taken)
             own.close()

@@ -37,8 +37,8 @@ def configured_tasks(config: pytest.Config) -> dict[str, list[Any]]:
             if source:
                 try:
                     loaded[kind] = list(load_tasks(source, kind, config.rootpath))
-                except ConfigError as exc:
-                    raise pytest.UsageError(str(exc)) from None
+                except ConfigError as exc:  # may quote a row
+                    raise pytest.UsageError(config.stash[runtime_key].redactor().text(str(exc))) from None
         config.stash[_tasks_key] = loaded
     return config.stash[_tasks_key]
 
@@ -213,8 +213,10 @@ class TaskEvidence:
         """One line per task: its worst status, the oracle, the floor gap and the repeat spread."""
         if not self.rows:
             return
+        from pytest_e2b_env.adapter.report import Redacting
         from pytest_e2b_env.evidence.tasks import tasks_doc
 
+        terminalreporter = Redacting(terminalreporter, self.config.stash[runtime_key].redactor())
         terminalreporter.section("e2b tasks")
         for task in tasks_doc(self.rows.values())["tasks"]:
             gap, spread = task["floor_gap"], task["repeat_spread"]

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_e2b_env.evidence.redaction import Redactor
 from pytest_e2b_env.targets.tags import created_ids
 
 MESSAGE_LIMIT = 600
@@ -19,27 +20,38 @@ VALUE_LIMIT = 2000
 
 
 def exception_info(exc: BaseException, secrets: list[str]) -> dict[str, Any]:
-    """Type, class hierarchy names and a redacted, bounded message of an exception."""
-    message = scrub(str(exc), secrets)[:MESSAGE_LIMIT]
+    """Type, class hierarchy names and the message, redacted as the bundle is, then bounded."""
+    # Redacted before the cut: a secret across it would otherwise keep a piece no redactor knows.
+    message = Redactor(secrets).text(str(exc))[:MESSAGE_LIMIT]
     chain = [cls.__name__ for cls in type(exc).__mro__ if cls not in (object, BaseException)]
     return {"type": type(exc).__name__, "hierarchy": chain, "message": message}
 
 
 def scrub(text: str, secrets: list[str]) -> str:
-    """Replace every secret value in ``text`` (used before anything is stored)."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "[REDACTED]")
-    return text
+    """``text`` (JSON) with ``secrets``, the environment's and secret-shaped strings redacted.
+
+    The evidence bundle's redaction, applied to the data so the result stays valid JSON.
+    """
+    redactor = Redactor(secrets)
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return redactor.text(text)
+    return json.dumps(redactor.data(data))
 
 
 def summarize(value: Any) -> Any:
-    """A JSON-safe, bounded copy of a returned value."""
+    """A JSON-safe, bounded copy of a returned value (a cut never splits a secret)."""
     try:
-        text = json.dumps(value)
+        text, kept = json.dumps(value), value
     except (TypeError, ValueError):
-        return repr(value)[:VALUE_LIMIT]
-    return value if len(text) <= VALUE_LIMIT else text[:VALUE_LIMIT] + "..."
+        text = kept = repr(value)
+    if len(text) <= VALUE_LIMIT:
+        return kept
+    # Not redacted (the no-secret verdict reads the value; the record is redacted after it), so
+    # the cut moves before a secret it would halve: no piece of one is left for the record.
+    cut = text[: Redactor().cut_point(text, VALUE_LIMIT)]
+    return cut if kept is text else cut + "..."
 
 
 @dataclass

@@ -182,11 +182,12 @@ def main(argv: list[str]) -> int:
         return USAGE
 
     from pytest_e2b_env.errors import ConfigError
+    from pytest_e2b_env.evidence.redaction import redact
 
     try:
         args = pytest_args(options)
     except (ConfigError, OSError, ValueError) as exc:  # a task source that cannot be read
-        print(f"{parser.prog}: {exc}", file=sys.stderr)
+        print(f"{parser.prog}: {redact(str(exc))}", file=sys.stderr)
         return USAGE
     subjects = {"reward": options.reward_subject, "episode": options.episode_subject}
     return run_pytest([*args, *extra], subjects, options.subject, parser.prog)
@@ -197,10 +198,11 @@ def run_pytest(args: list[str], subjects: dict[str, str | None], only: str, prog
     import pytest
 
     from pytest_e2b_env.adapter.validate_subjects import ValidateSubjects
+    from pytest_e2b_env.evidence.redaction import redact
 
     try:
         status = pytest.main(args, plugins=[ValidateSubjects(subjects, only)])
     except Exception as exc:  # pytest reports its own errors; anything escaping it is ours
-        print(f"{prog}: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"{prog}: internal error: {type(exc).__name__}: {redact(str(exc))}", file=sys.stderr)
         return INTERNAL
     return EXIT_CODES.get(int(status), INTERNAL)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 #: "relaxed": only house-policy criteria the user relaxed by name failed (a warning, not a pass)
@@ -47,8 +47,13 @@ def criterion(
     }
 
 
-def bound(value: Any, limit: int = MAX_STRING) -> Any:
-    """A JSON-safe copy of ``value``: long strings and lists cut with a visible note, NaN named."""
+def bound(value: Any, limit: int = MAX_STRING, redact: Callable[[str], str] | None = None) -> Any:
+    """A JSON-safe copy of ``value``: long strings and lists cut with a visible note, NaN named.
+
+    ``redact`` is applied to the text made of what is not a string (bytes, ``repr()``) before it
+    is cut; strings are cut as given (redact them first).
+    """
+    made = redact or str
     if isinstance(value, str):
         return bound_text(value, limit)
     if value is None or isinstance(value, bool | int):
@@ -57,20 +62,23 @@ def bound(value: Any, limit: int = MAX_STRING) -> Any:
         # JSON has no NaN/Infinity; a NaN reward is exactly what a reviewer must see, so name it.
         return value if math.isfinite(value) else repr(value)
     if isinstance(value, Mapping):
-        return {bound_text(str(k), 512): bound(v, limit) for k, v in value.items()}
+        return {
+            bound_text(k if isinstance(k, str) else made(str(k)), 512): bound(v, limit, redact)
+            for k, v in value.items()
+        }
     if isinstance(value, list | tuple | set | frozenset):
         items = list(value)
-        out = [bound(v, limit) for v in items[:MAX_LIST]]
+        out = [bound(v, limit, redact) for v in items[:MAX_LIST]]
         if len(items) > MAX_LIST:
             out.append(f"[... {len(items) - MAX_LIST} more items truncated ...]")
         return out
     if isinstance(value, bytes):
-        return bound_text(value.decode("utf-8", "backslashreplace"), limit)
+        return bound_text(made(value.decode("utf-8", "backslashreplace")), limit)
     try:
         text = repr(value)
     except Exception as exc:  # a hostile __repr__ must not lose the record
         text = f"<unrepresentable {type(value).__name__}: {type(exc).__name__}>"
-    return bound_text(text, limit)
+    return bound_text(made(text), limit)
 
 
 def bound_text(text: str, limit: int = MAX_STRING) -> str:
@@ -81,13 +89,18 @@ def bound_text(text: str, limit: int = MAX_STRING) -> str:
     return f"{text[:keep]}\n[... {len(text) - 2 * keep} characters truncated ...]\n{text[-keep:]}"
 
 
-def normalize_case(record: Any, index: int) -> tuple[dict[str, Any], list[str]]:
-    """A complete case record (every field of the contract present) and the problems found in it."""
+def normalize_case(
+    record: Any, index: int, redact: Callable[[str], str] | None = None
+) -> tuple[dict[str, Any], list[str]]:
+    """A complete case record (every field of the contract present) and the problems found in it.
+
+    ``redact``: as for :func:`bound` (pass a record whose strings are redacted already).
+    """
     problems: list[str] = []
     if not isinstance(record, Mapping):
         problems.append(f"case record #{index} is a {type(record).__name__}, not a dict; kept as text")
-        record = {"id": f"invalid-record-{index}", "status": "error", "reason": bound(record)}
-    data = bound(dict(record))
+        record = {"id": f"invalid-record-{index}", "status": "error", "reason": bound(record, redact=redact)}
+    data = bound(dict(record), redact=redact)
     case_id = data.get("id")
     if not isinstance(case_id, str) or not case_id.strip():
         problems.append(f"case record #{index} has id {case_id!r}; expected a non-empty string")

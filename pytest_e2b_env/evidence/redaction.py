@@ -1,9 +1,12 @@
 """Redaction of secret values and secret-shaped strings, and the matching scanner.
 
-One pass is used for everything the bundle holds (JSON, JUnit, HTML, logs): known secret
-values (from the environment and from the caller) first, then patterns for credentials
-that look like one (E2B keys, Hugging Face and OpenAI-style tokens, AWS keys, private key
-blocks, bearer tokens, ``password=...`` pairs, credentials in URLs).
+One pass is used for everything the bundle holds (JSON, JUnit, HTML, logs) and everything the
+plugin hands pytest (failure messages, skip reasons, warnings, captured output): known secret
+values (from the environment and from the caller) first, with any long piece of one that a cut
+left at a text's edge, then patterns for credentials that look like one (E2B keys, Hugging Face
+and OpenAI-style tokens, AWS keys, private key blocks, bearer tokens, ``password=...`` pairs,
+credentials in URLs). Text is redacted before it is cut (:meth:`Redactor.cut_point` for cuts
+that must keep the secret for a verdict), so a cut never leaves an unrecognisable half.
 """
 
 from __future__ import annotations
@@ -26,6 +29,10 @@ _SECRET_NAME = re.compile(
 # Env values shorter than this are too common to be secrets worth scanning for (e.g. "1").
 MIN_ENV_SECRET = 8
 MIN_SECRET = 4
+#: A piece of a known secret this long (and at least half of it) is treated as the secret: a cut
+#: leaves a prefix or a suffix, and 12 characters of a secret do not occur in ordinary text.
+MIN_PIECE = 12
+_ENDS = ("prefix", "suffix")
 
 _VALUE = r"[^\s\"',;&<>)}\]]"
 
@@ -100,6 +107,25 @@ def _named_env_secrets(environ: Mapping[str, str] | None = None) -> dict[str, st
     return {k: v for k, v in env.items() if _SECRET_NAME.search(k) and len(v.strip()) >= MIN_ENV_SECRET}
 
 
+def piece_length(secret: str) -> int:
+    """The shortest prefix or suffix of ``secret`` counted as a piece of it: 12 characters or half."""
+    return max(MIN_PIECE, (len(secret) + 1) // 2)
+
+
+def pieces(secret: str) -> tuple[str, str] | None:
+    """The prefix and suffix of ``secret`` that mark a cut piece of it (None when it is too short)."""
+    size = piece_length(secret)
+    return (secret[:size], secret[-size:]) if len(secret) > size else None
+
+
+def _ends(secret: str) -> list[tuple[str, str]]:
+    """``(piece, "prefix" or "suffix")`` of ``secret``; none that the withheld marker contains."""
+    ends = pieces(secret)
+    if ends is None:
+        return []
+    return [(piece, kind) for piece, kind in zip(ends, _ENDS, strict=True) if piece not in WITHHELD]
+
+
 def usable_secrets(secrets: Iterable[str]) -> list[str]:
     """Secrets worth matching, longest first; drops short ones and ones the marker itself contains."""
     out = {
@@ -135,19 +161,84 @@ class Redactor:
         for value in extra:
             self._labels.setdefault(value, "a secret value passed by the caller")
         self._alternation = re.compile("|".join(re.escape(s) for s in self.values)) if self.values else None
+        # Each secret's prefix and suffix pieces, for a secret long enough to have them.
+        self._pieces_of = {secret: _ends(secret) for secret in self.values}
+        # What a text holding a secret, or a piece of one, must contain: a secret's pieces (the
+        # whole value contains them too), else the value. Substring tests are far quicker than
+        # a regular expression over all of the text, and most text holds no secret at all.
+        self._needles = tuple(
+            dict.fromkeys(
+                needle
+                for secret, cut in self._pieces_of.items()
+                for needle in ([piece for piece, _ in cut] or [secret])
+            )
+        )
+        self._longest = max((len(s) for s in self.values), default=0)
         self._seen: dict[str, str] = {}
 
+    def _has_value(self, text: str) -> bool:
+        return any(needle in text for needle in self._needles)
+
     def _replace_values(self, text: str) -> str:
-        pattern = self._alternation
-        if pattern is None:
+        if self._alternation is None:
             return text
         # Replacing can create a new occurrence across the marker's edge; repeat a few times,
         # then withhold the text entirely rather than ever return a secret.
         for _ in range(8):
-            if not pattern.search(text):
+            if not self._has_value(text):
                 return text
-            text = pattern.sub(MARKER, text)
-        return text if not pattern.search(text) else WITHHELD
+            text = self._replace_pieces(self._alternation.sub(MARKER, text))
+        return text if not self._has_value(text) else WITHHELD
+
+    def _replace_pieces(self, text: str) -> str:
+        """Replace what a cut left of a secret: its prefix or suffix, as long as it runs."""
+        spans = []
+        for secret, piece, kind in ((s, p, k) for s, cut in self._pieces_of.items() for p, k in cut):
+            at = text.find(piece)
+            while at >= 0:
+                start, end = at, at + len(piece)
+                if kind == "prefix":  # the rest of the secret may follow, up to where the cut fell
+                    while end < len(text) and end - start < len(secret) and text[end] == secret[end - start]:
+                        end += 1
+                else:
+                    left = len(secret) - len(piece)  # characters of the secret before the suffix
+                    while start > 0 and left > 0 and text[start - 1] == secret[left - 1]:
+                        start, left = start - 1, left - 1
+                spans.append((start, end))
+                at = text.find(piece, at + 1)
+        if not spans:
+            return text
+        out, done = [], 0
+        for start, end in sorted(spans):
+            if end <= done:
+                continue
+            if start >= done:
+                out += [text[done:start], MARKER]
+            done = end
+        return "".join(out) + text[done:]
+
+    def cut_point(self, text: str, limit: int) -> int:
+        """Where to cut ``text`` to at most ``limit`` characters without splitting a secret.
+
+        ``limit``, or the start of a secret value or secret-shaped string running across it:
+        that secret is left out whole rather than halved. For cuts of text that must stay
+        unredacted (what a verdict reads); everything else is redacted first, then cut.
+        """
+        if len(text) <= limit:
+            return len(text)
+        # A secret across the cut starts before it; a window past the cut holds enough of it.
+        window = text[: limit + self._longest + 1024]
+        spans = [m.span() for m in self._alternation.finditer(window)] if self._alternation else []
+        for _name, pattern, _group in _active(window):
+            spans += [m.span() for m in pattern.finditer(window)]
+        end = limit
+        moved = True
+        while moved:  # moving the cut back may land it inside an earlier, overlapping match
+            moved = False
+            for start, stop in spans:
+                if start < end < stop:
+                    end, moved = start, True
+        return end
 
     def text(self, text: str) -> str:
         """Return ``text`` with secret values and secret-shaped strings replaced by the marker."""
@@ -180,7 +271,7 @@ class Redactor:
                 else:
                     out[name] = self.data(item)
             return out
-        if isinstance(value, list | tuple):
+        if isinstance(value, list | tuple | set | frozenset):
             return [self.data(item) for item in value]
         if (
             isinstance(value, int | float)
@@ -199,10 +290,16 @@ class Redactor:
         """
         findings: list[str] = []
         for secret in self.values:
-            for form in encodings(secret):
-                at = text.find(form)
-                if at >= 0:
-                    findings.append(f"{self._labels.get(secret, 'a secret value')} at offset {at}")
+            label = self._labels.get(secret, "a secret value")
+            at = _first(text, encodings(secret))
+            if at is not None:
+                findings.append(f"{label} at offset {at}")
+                continue
+            # A secret cut in two: its long prefix or suffix is still that secret.
+            for piece, kind in self._pieces_of[secret]:
+                at = _first(text, encodings(piece))
+                if at is not None:
+                    findings.append(f"a {kind} of {label} at offset {at}")
                     break
         for name, pattern, group in _active(text):
             for match in pattern.finditer(text):
@@ -211,6 +308,12 @@ class Redactor:
                 findings.append(f"{name} at offset {match.start()}")
                 break
         return findings
+
+
+def _first(text: str, forms: Iterable[str]) -> int | None:
+    """The offset of the first of ``forms`` found in ``text`` (None when none is)."""
+    found = [at for at in (text.find(form) for form in forms) if at >= 0]
+    return min(found) if found else None
 
 
 def _group_replacer(group: int) -> Callable[[re.Match[str]], str]:

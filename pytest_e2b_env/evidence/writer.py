@@ -58,10 +58,13 @@ class BundleWriter:
     python/platform and package versions. ``started_at`` defaults to construction time; pass the
     session's start (``time.time()`` or an ISO string) when the writer is built at the end.
     Never pass a key: values under credential-named keys are replaced, and everything written
-    is redacted anyway.
+    is redacted anyway. ``secrets`` known up front (the target's keys) are redacted as each
+    record arrives, before any string of it is cut to its bound; :meth:`finish` may add more.
     """
 
-    def __init__(self, output_root: Path, run_id: str, manifest: dict[str, Any]) -> None:
+    def __init__(
+        self, output_root: Path, run_id: str, manifest: dict[str, Any], secrets: Iterable[str] = ()
+    ) -> None:
         if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
             raise ConfigError(
                 f"run_id={run_id!r} is not a safe directory name; use letters, digits, '.', '_' and '-' "
@@ -101,9 +104,10 @@ class BundleWriter:
         self._problems: list[str] = []
         self._tasks: list[dict[str, Any]] = []
         self._finished = False
-        # Redact early with the environment's secrets so raw secrets do not sit in memory
-        # longer than needed; finish() redacts again with the caller's list.
-        self._early = Redactor()
+        # Redact early with the environment's secrets (and those given) so raw secrets do not sit
+        # in memory longer than needed, and before a bound cuts a string; finish() redacts again.
+        self._secrets = [s for s in secrets if isinstance(s, str)]
+        self._early = Redactor(self._secrets)
 
     # -- collecting ---------------------------------------------------------------------------
 
@@ -115,8 +119,10 @@ class BundleWriter:
     def add_case(self, record: dict[str, Any]) -> None:
         """Record one case's outcome (see the module docs for the fields); never dropped."""
         with self._lock:
-            case, problems = normalize_case(record, len(self._cases) + 1)
-            self._cases.append(self._early.data(case))
+            # Redacted before normalize_case bounds its strings: a cut never halves a secret.
+            early = self._early
+            case, problems = normalize_case(early.data(record), len(self._cases) + 1, early.text)
+            self._cases.append(case)
             self._problems.extend(problems)
 
     def add_trajectory(self, case_id: str, events: list[dict[str, Any]]) -> None:
@@ -125,7 +131,8 @@ class BundleWriter:
             stored = self._trajectories.setdefault(self._early.text(str(case_id)), [])
             room = MAX_EVENTS - len(stored)
             items = list(events)
-            kept = [self._early.data(bound(event)) for event in items[: max(room, 0)]]
+            early = self._early
+            kept = [bound(early.data(event), redact=early.text) for event in items[: max(room, 0)]]
             stored.extend(kept)
             if len(items) > len(kept):
                 note = {"truncated": True, "events_not_kept": len(items) - len(kept), "limit": MAX_EVENTS}
@@ -139,7 +146,7 @@ class BundleWriter:
     def add_tasks(self, rows: Iterable[dict[str, Any]]) -> None:
         """Record task-check outcomes (``tasks.json`` and the page's Tasks section)."""
         with self._lock:
-            self._tasks.extend(self._early.data(bound(dict(row))) for row in rows)
+            self._tasks.extend(bound(self._early.data(dict(row)), redact=self._early.text) for row in rows)
 
     def add_log(self, name: str, text: str) -> None:
         """Keep a log under ``logs/``: redacted, each capped at 512 KiB, all together at 8 MiB."""
@@ -170,7 +177,7 @@ class BundleWriter:
             if self._finished:
                 raise ConfigError(f"BundleWriter.finish() was already called for run {self.run_id}")
             self._finished = True
-            redactor = Redactor(secrets)
+            redactor = Redactor([*self._secrets, *secrets])
             self._manifest["finished_at"] = runinfo.utc_now()
             return _Finisher(self, redactor, list(expected_case_ids), family_seconds or {}).run()
 

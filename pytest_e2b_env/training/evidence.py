@@ -225,7 +225,7 @@ def write_bundle(
         "live_endpoint": None if doc["target"].get("offline") else doc["target"].get("api_url"),
         "status": doc["status"],
     }
-    writer = BundleWriter(root, record.run_id, manifest)
+    writer = BundleWriter(root, record.run_id, manifest, secrets=secrets)
     for case in training_cases(doc, sandboxes):
         writer.add_case(case)
     if ledger is not None:

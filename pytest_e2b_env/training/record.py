@@ -123,7 +123,11 @@ class RunRecord:
     def fail(self, exc: BaseException) -> None:
         """Record the first error of the run (type, message and the phase it happened in)."""
         if self.error is None:
-            self.error = {"type": type(exc).__name__, "message": str(exc)[:2000], "phase": self.phase}
+            from pytest_e2b_env.evidence.redaction import redact
+
+            # Redacted before the cut, which would otherwise leave a piece of a secret unrecognised.
+            message = redact(str(exc))[:2000]
+            self.error = {"type": type(exc).__name__, "message": message, "phase": self.phase}
         self.status = "failed"
 
     def to_dict(self) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_e2b_env.evidence import find_secrets, redact
-from pytest_e2b_env.evidence.redaction import MARKER, WITHHELD, Redactor, env_secrets
+from pytest_e2b_env.evidence.redaction import MARKER, WITHHELD, Redactor, env_secrets, piece_length, pieces
 
 E2B_KEY = "e2b_" + "0a1b2c3d4e5f" * 3 + "6789"
 SHAPED = [
@@ -192,3 +192,58 @@ def test_remembered_short_strings_are_redacted_alike_and_bounded():
     assert len(redactor._seen) == redaction.MAX_REMEMBERED
     assert redactor.text("auth=s3cr3t-value-123") == redactor.text("auth=s3cr3t-value-123")
     assert "s3cr3t" not in redactor.text("auth=s3cr3t-value-123")
+
+
+# -- pieces of a secret a cut left ---------------------------------------------------------------
+
+CUT_SECRET = "tok4" + "9f1c2b7a3e6d8054" * 2 + "q7Zx"  # 40 characters: pieces of 20 or more count
+
+
+def test_piece_length_is_twelve_characters_or_half_the_secret():
+    """A piece counts from 12 characters, or half the secret when that is longer; short ones have none."""
+    assert piece_length("a" * 13) == 12
+    assert piece_length(CUT_SECRET) == 20
+    assert piece_length("b" * 41) == 21
+    assert pieces("c" * 12) is None
+    assert pieces(CUT_SECRET) == (CUT_SECRET[:20], CUT_SECRET[-20:])
+
+
+@pytest.mark.parametrize("kept", [20, 39])
+def test_a_cut_piece_of_a_secret_is_redacted_whole(kept):
+    """What a cut left of a secret, its prefix or its suffix however long, is replaced by one marker."""
+    head = f"message: {CUT_SECRET[:kept]}"
+    tail = f"{CUT_SECRET[-kept:]} (end)"
+    assert redact(head, [CUT_SECRET]) == f"message: {MARKER}"
+    assert redact(tail, [CUT_SECRET]) == f"{MARKER} (end)"
+    short = f"{CUT_SECRET[:19]} {CUT_SECRET[-19:]}"  # under half of it at either end: left alone
+    assert redact(short, [CUT_SECRET]) == short
+
+
+def test_findings_name_a_cut_piece_by_its_end():
+    """The scanner reports a prefix or a suffix of a known secret, never the characters themselves."""
+    text = f"head {CUT_SECRET[:25]} middle {CUT_SECRET[-30:]}"
+    assert find_secrets(text, [CUT_SECRET]) == ["a prefix of a secret value passed by the caller at offset 5"]
+    # The offset is where the suffix's last 20 characters (its counted piece) begin.
+    assert find_secrets(CUT_SECRET[-30:], [CUT_SECRET]) == [
+        "a suffix of a secret value passed by the caller at offset 10"
+    ]
+    assert find_secrets(CUT_SECRET[:19], [CUT_SECRET]) == []
+
+
+def test_a_cut_never_splits_a_secret():
+    """cut_point moves a cut that would halve a secret value or a secret shape to just before it."""
+    redactor = Redactor([CUT_SECRET])
+    text = "x" * 90 + CUT_SECRET + "y" * 50
+    assert redactor.cut_point(text, 100) == 90
+    assert redactor.cut_point(text, 80) == 80
+    assert redactor.cut_point(text, 500) == len(text)
+    shaped = "z" * 94 + " " + E2B_KEY + " rest"
+    assert redactor.cut_point(shaped, 100) == 95
+
+
+@settings(max_examples=200, deadline=None)
+@given(prefix=texts, suffix=texts, secret=secret_values, cut=st.integers(min_value=0, max_value=440))
+def test_redacting_before_a_cut_leaves_no_piece(prefix, suffix, secret, cut):
+    """Redacted first, then cut anywhere: no piece of the secret the scanner knows is left."""
+    out = redact(prefix + secret + suffix, [secret])[:cut]
+    assert find_secrets(out, [secret]) == []

@@ -203,6 +203,32 @@ def test_secret_shaped_string_planted_in_any_file_is_found(make_bundle, rel, kin
     assert any(p.startswith(f"{rel}: {kind} at offset") for p in problems), problems
 
 
+CUT_SECRET = "tok4" + "9f1c2b7a3e6d8054" * 2 + "q7Zx"  # 40 characters: a piece counts from 20
+
+
+@pytest.mark.parametrize(("kind", "piece"), [("prefix", CUT_SECRET[:20]), ("suffix", CUT_SECRET[-20:])])
+@pytest.mark.parametrize("rel", ["cases.jsonl", "junit.xml", "index.html"])
+def test_a_piece_of_a_secret_cut_in_two_is_found(make_bundle, monkeypatch, rel, kind, piece):
+    """A prefix or suffix of a secret (20 of its 40 characters) is a problem naming the file and which end."""
+    bundle = make_bundle()
+    monkeypatch.setenv("MY_SERVICE_TOKEN", CUT_SECRET)
+    assert verify_bundle(bundle) == []
+    path = bundle / rel
+    text = path.read_text(encoding="utf-8")
+    offset = text.index("did not behave") + len("did not behave: ")  # inside a reason, as a cut leaves it
+    path.write_text(text[: offset - 2] + f": {piece}" + text[offset - 2 :], encoding="utf-8")
+    write_sums(bundle)
+    assert verify_bundle(bundle) == [f"{rel}: a {kind} of value of $MY_SERVICE_TOKEN at offset {offset}"]
+
+
+def test_a_piece_shorter_than_the_threshold_is_not_a_finding(make_bundle, monkeypatch):
+    """19 characters of a 40-character secret (under half) are not reported: ordinary text could hold them."""
+    bundle = make_bundle()
+    monkeypatch.setenv("MY_SERVICE_TOKEN", CUT_SECRET)
+    _plant(bundle, "logs/emulator.log", f"\n{CUT_SECRET[:19]} {CUT_SECRET[-19:]}\n")
+    assert verify_bundle(bundle) == []
+
+
 def test_caller_secret_in_escaped_form_is_found(make_bundle):
     """A caller's secret is found even where JSON or HTML escaping changed its characters."""
     bundle = make_bundle()

@@ -400,6 +400,21 @@ def test_secrets_in_every_input_are_redacted(tmp_path, monkeypatch):
     assert verify_bundle(bundle, ["a"], [caller]) == []
 
 
+def test_secrets_across_a_bound_leave_no_piece(tmp_path, monkeypatch):
+    """A secret across the cut of a bounded string is redacted before the cut: no 12 characters stay."""
+    env_secret, key = "tok4" + "9f1c2b7a3e6d8054" * 2 + "q7Zx", "target-key-" + "7c5e" * 8
+    monkeypatch.setenv("MY_SERVICE_TOKEN", env_secret)
+    writer = BundleWriter(tmp_path, "r", {"mode": "offline"}, secrets=[key])
+    keep = MAX_STRING // 2  # the bound keeps the first half: each secret runs across its end
+    writer.add_case(case("a", observed={"stdout": "x" * (keep - 15) + env_secret + "y" * MAX_STRING}))
+    writer.add_trajectory("a", [{"stdout": "x" * (keep - 13) + key + "y" * MAX_STRING}])
+    bundle = writer.finish(["a"], [], {})
+    pieces = [s[i : i + 12] for s in (env_secret, key) for i in range(len(s) - 11)]
+    holding = [p for p in bundle.rglob("*") if p.is_file() and any(x in p.read_text() for x in pieces)]
+    assert holding == []
+    assert verify_bundle(bundle, ["a"], [key]) == []
+
+
 def test_total_log_cap(tmp_path, monkeypatch):
     """Logs beyond the total cap are cut and the cut is reported, not hidden."""
     monkeypatch.setattr("pytest_e2b_env.evidence.writer.MAX_LOGS_TOTAL", 3000)
