@@ -566,3 +566,25 @@ def test_checkout_below_a_system_place_is_hidden(monkeypatch: pytest.MonkeyPatch
     finally:
         owner.close()
         shutil.rmtree(project)
+
+
+def test_no_sandbox_id_shows_where_other_accounts_can_read(backend: Backend) -> None:
+    """A sandbox's id appears in none of what any local account may read of its processes: mount
+    table, cgroups, command lines (the id is the key to its doors, with the token)."""
+    sandbox_id = f"secret{uuid.uuid4().hex[:12]}"
+    box = backend.start(sandbox_id, internet=True, envs={})
+    assert isinstance(box, NamespaceBox)
+    try:
+        proc = box.spawn("sleep 30", {}, "/tmp", "user", False)
+        pids = [box.init_pid, proc.pid, *[int(p) for p in live_pids("slirp4netns")]]
+        seen = ""
+        for pid in pids:
+            for name in ("mountinfo", "cgroup", "cmdline", "comm"):
+                with contextlib.suppress(OSError):
+                    seen += Path(f"/proc/{pid}/{name}").read_text(errors="replace")
+        assert seen
+        assert sandbox_id not in seen
+        box.signal(proc, signal.SIGKILL)
+        proc.communicate(timeout=30)
+    finally:
+        box.kill()

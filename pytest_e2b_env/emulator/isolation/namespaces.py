@@ -207,7 +207,7 @@ class NamespaceBox(Box):
                 self._ns["pid"],
                 lambda: backend.enter_cgroups(cgroup),
                 backend.leave_cgroups,
-                f"sandbox-{sandbox_id}",
+                "sandbox-fork",  # no id: thread names can be read from /proc by anyone
             )
         except OSError as exc:
             self._close_fds()
