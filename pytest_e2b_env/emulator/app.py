@@ -103,7 +103,9 @@ class _Target:
 class EmulatorApp:
     """The ASGI application of one emulator."""
 
-    def __init__(self, backend: Backend, api_key: str, limits: Limits | None = None) -> None:
+    def __init__(
+        self, backend: Backend, api_key: str, limits: Limits | None = None, control_key: str | None = None
+    ) -> None:
         self.api_key = api_key
         self.backend = backend
         self.limits = limits if limits is not None else Limits()
@@ -125,7 +127,7 @@ class EmulatorApp:
         # /_emulator/* is answered before the ledger and the faults (the shared control API)
         self._served = ControlEndpoint(
             ledgered,
-            key=api_key,
+            key=control_key or api_key,
             ledger=self.ledger,
             faults=self.faults,
             info={"isolation": backend.level, "reason": backend.reason},
