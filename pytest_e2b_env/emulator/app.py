@@ -43,6 +43,7 @@ from pytest_e2b_env.wire.faults import (
 )
 from pytest_e2b_env.wire.ledger import Ledger
 from pytest_e2b_env.wire.recording import (
+    SCOPE_HARNESS,
     SCOPE_INTERNET,
     SCOPE_METADATA,
     SCOPE_SANDBOX,
@@ -176,7 +177,9 @@ class EmulatorApp:
         except Exception as exc:  # never a hang: the client gets an answer it can parse
             log.exception("emulator error on %s %s", scope["method"], scope["path"])
             if not started:
-                await send_answer(tracked, error(500, f"internal emulator error: {type(exc).__name__}"))
+                said = f"internal emulator error: {type(exc).__name__}"
+                scope[SCOPE_HARNESS] = said  # the emulator's failure, not the request's: the ledger says so
+                await send_answer(tracked, error(500, said))
 
     # ------------------------------------------------------------------ REST + envd
     async def _core(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -199,6 +202,8 @@ class EmulatorApp:
         reply, concerned = await self.control_plane.handle(
             scope["method"], scope["path"], query, body, headers
         )
+        if reply[0] == 500:  # the control plane's only 500: a sandbox the isolation layer could not start
+            scope[SCOPE_HARNESS] = "the emulator could not start a sandbox"
         if concerned is not None:
             scope[SCOPE_SANDBOX] = concerned
             created = self.registry.get(concerned) if reply[0] == 201 else None
