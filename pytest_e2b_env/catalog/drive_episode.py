@@ -23,6 +23,7 @@ from pytest_e2b_env.catalog.contract import LIMIT_KEYS, Contract
 from pytest_e2b_env.catalog.loader import resolve_path
 from pytest_e2b_env.catalog.model import Case, Step
 from pytest_e2b_env.catalog.observe import Call, Observation
+from pytest_e2b_env.catalog.procs import Starvation
 from pytest_e2b_env.targets import Target
 from pytest_e2b_env.targets.tags import created_ids
 from pytest_e2b_env.toolsurface import tool_names
@@ -282,6 +283,7 @@ class EpisodeDriver:
         if role == "terminal":
             args = {self.contract.command_arg: args["command"]}
         tool = self.contract.tool(role)
+        watch = Starvation([self.target.server_pid or 0], self.calls.subject_pid()) if step.deadline else None
         made, outcome = self._method(
             lane, env, role, tool, shown, after_submit=submitted, step=index, kwargs=args, tool=True
         )
@@ -294,6 +296,8 @@ class EpisodeDriver:
         if step.deadline is not None:
             limit = self.contract.limit(step.deadline, self.task)
             made.deadline = {"limit": limit, "allowed": deadline_allowance(limit), "name": step.deadline}
+            if watch is not None:
+                made.deadline |= watch.measure()
         return submitted or role == "submit"
 
     def run(self) -> Observation:

@@ -1,4 +1,4 @@
-"""The processes of a run, read from ``/proc``: what a case host started.
+"""The processes of a run, read from ``/proc``: what a case host started, and who waited for a CPU.
 
 Containment: a case host makes itself a child subreaper before any subject code runs, so every
 process the subject starts stays in the host's tree (a ``setsid`` daemon whose parent exits is
@@ -7,6 +7,9 @@ crashed host leaves is adopted by the template. Every host and template also car
 its environment (:data:`MARKER`: this run's token, and the host's serial), inherited by what the
 subject starts, so the controller finds a process that left the tree through its environment.
 No namespace, cgroup or privilege is needed, so this works for a user who is not root.
+
+Accounting: the seconds a process's threads spent runnable but waiting for a CPU (``schedstat``),
+and the CPU a process tree used, so a deadline overrun can be told apart from a starved machine.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ RUN_TOKEN = new_token()
 #: Most processes walked or killed at once (a fork bomb is bounded by its sandbox, not here).
 MAX_PROCS = 4096
 _PR_SET_CHILD_SUBREAPER = 36
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def become_subreaper() -> bool:
@@ -150,3 +154,55 @@ def kill_marked(token: str) -> list[int]:
         for pid in found:
             killed += kill_tree(pid, include_root=True)
     return killed
+
+
+# ---------------------------------------------------------------------- CPU accounting
+def waited(pid: int) -> dict[int, float]:
+    """Seconds each thread of ``pid`` has spent runnable, waiting for a CPU (``schedstat``)."""
+    out: dict[int, float] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        raw = _read(f"/proc/{pid}/task/{tid}/schedstat", 128)
+        with contextlib.suppress(ValueError, IndexError, AttributeError):
+            out[int(tid)] = int(raw.split()[1]) / 1e9  # type: ignore[union-attr]
+    return out
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds ``pid`` and its live descendants used (their reaped children's included)."""
+    total = 0
+    for each in [pid, *descendants(pid)]:
+        raw = _read(f"/proc/{each}/stat", 1024)
+        if raw is None:
+            continue
+        with contextlib.suppress(ValueError, IndexError):
+            total += sum(int(f) for f in raw[raw.rfind(b")") + 2 :].split()[11:15])
+    return total / CLOCK_TICKS
+
+
+class Starvation:
+    """Around one call: the longest any harness thread waited for a CPU, and the subject's own CPU.
+
+    ``harness`` are the target's server process (the emulator; live, this process with its proxy)
+    and ``subject`` the process running the subject (its case host). An overrun is the machine's
+    when a harness thread waited at least that long while the subject's tree used no more CPU
+    than that wait: a subject that is the load itself is not excused.
+    """
+
+    def __init__(self, harness: list[int], subject: int | None) -> None:
+        self.harness = [p for p in harness if p]
+        self.subject = subject
+        self._before = {pid: waited(pid) for pid in self.harness}
+        self._cpu = tree_cpu(subject) if subject else 0.0
+
+    def measure(self) -> dict[str, float]:
+        """``{"harness_waited_s", "subject_cpu_s"}`` since this object was made."""
+        longest = 0.0
+        for pid, before in self._before.items():
+            for tid, now in waited(pid).items():
+                longest = max(longest, now - before.get(tid, 0.0))
+        cpu = (tree_cpu(self.subject) - self._cpu) if self.subject else 0.0
+        return {"harness_waited_s": round(longest, 3), "subject_cpu_s": round(max(cpu, 0.0), 3)}

@@ -23,6 +23,7 @@ from pytest_e2b_env.catalog.calls import DriverError, HostDied, LocalCalls, Subj
 from pytest_e2b_env.catalog.contract import Contract, Subject
 from pytest_e2b_env.catalog.drive_episode import EpisodeDriver, task_of, unmet_window
 from pytest_e2b_env.catalog.drive_reward import RewardDriver
+from pytest_e2b_env.catalog.harness import harness_fault
 from pytest_e2b_env.catalog.model import Case
 from pytest_e2b_env.catalog.observe import Observation, exception_info, scrub
 from pytest_e2b_env.catalog.record import CaseRecord
@@ -200,10 +201,19 @@ def run_case(
     """Run ``case`` against ``subject`` on ``target``; never raises for anything the subject does.
 
     ``subject`` is where the subject's code runs: a case host (the plugin's way), or a
-    :class:`Subject` loaded in this process (its calls then run here: no isolation).
+    :class:`Subject` loaded in this process (its calls then run here: no isolation). A case the
+    harness failed (the target's own error, a starved machine, a sweep that could not remove a
+    sandbox) is an ``error`` naming the harness, never a failure of the subject, and runs once more.
     """
     calls = subject if isinstance(subject, SubjectCalls) else LocalCalls(subject)
-    return _attempt(case, calls, target, extra_tools or [], relax)
+    record, harness = _attempt(case, calls, target, extra_tools or [], relax)
+    if harness is None:
+        return record
+    again, _ = _attempt(case, calls, target, extra_tools or [], relax)
+    again.attempts = 2
+    again.seconds = round(again.seconds + record.seconds, 4)
+    again.advice.insert(0, f"the first attempt was the harness's error, so the case ran again: {harness}")
+    return again
 
 
 def _drive(
@@ -235,8 +245,8 @@ def _drive(
 
 def _attempt(
     case: Case, calls: SubjectCalls, target: Target, extra_tools: list[str], relax: frozenset[str]
-) -> CaseRecord:
-    """One run of the case: its record."""
+) -> tuple[CaseRecord, str | None]:
+    """One run of the case: its record, and what of the harness failed it (None: nothing)."""
     started = time.perf_counter()
     secrets = [target.api_key, target.control_key]
     calls.secrets = secrets
@@ -245,7 +255,7 @@ def _attempt(
     if reason is not None:
         record = CaseRecord.for_case(case, calls.spec, "skipped", reason)
         record.contract = contract.summary()
-        return record
+        return record, None
     target.faults.clear()
     mark = target.ledger_mark()
     deferred = [f for f in case.faults if f.sandbox_nth is not None]
@@ -276,10 +286,10 @@ def _attempt(
             )
         ]
         reason = f"failed criteria: subject-process ({died})"
-        return _record(case, calls, "failed", reason, criteria, obs, started, secrets)
+        return _record(case, calls, "failed", reason, criteria, obs, started, secrets), None
     not_applicable_reason = not_applicable(case, obs)
     if not_applicable_reason is not None:
-        return _record(case, calls, "skipped", not_applicable_reason, [], obs, started, secrets)
+        return _record(case, calls, "skipped", not_applicable_reason, [], obs, started, secrets), None
     criteria = judge(case, obs, contract, secrets, relax)
     failed = [c["id"] for c in criteria if not c["passed"] and not c.get("relaxed")]
     relaxed = [c["id"] for c in criteria if c.get("relaxed")]
@@ -289,7 +299,16 @@ def _attempt(
         status, reason = "relaxed", f"relaxed policy criteria failed: {', '.join(relaxed)}"
     else:
         status, reason = "passed", None
-    return _record(case, calls, status, reason, criteria, obs, started, secrets)
+    harness, note = harness_fault(obs, criteria, failed=bool(failed), target=target.mode)
+    if harness is not None:
+        status, reason = (
+            "error",
+            f"harness: {harness} (not the subject's failure; {reason or 'no criterion failed'})",
+        )
+    record = _record(case, calls, status, reason, criteria, obs, started, secrets)
+    if note is not None:
+        record.advice.append(note)
+    return record, harness
 
 
 def _replacements(obs: Observation) -> int:
