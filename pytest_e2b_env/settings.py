@@ -37,6 +37,8 @@ ENV_STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
 ENV_EMULATOR_KEY = "PYTEST_E2B_ENV_EMULATOR_KEY"
 ENV_EMULATOR_OWNER = "PYTEST_E2B_ENV_EMULATOR_OWNER"
 ENV_SANDBOX_MARKER = "PYTEST_E2B_ENV_BOX"
+# --- internal to the catalog (controller -> case hosts and what subject code starts) -------------
+ENV_HOST_MARKER = "PYTEST_E2B_ENV_HOST"
 # --- read by the test suite only -------------------------------------------------------------
 ENV_TEST_ATTACH = "PYTEST_E2B_ENV_ATTACH"
 
@@ -55,6 +57,7 @@ ENVIRONMENT: dict[str, str] = {
     ENV_EMULATOR_KEY: "internal: API key the emulator's child process serves with (Emulator() clears it)",
     ENV_EMULATOR_OWNER: "internal: pid of the process that started the emulator child (dies with it)",
     ENV_SANDBOX_MARKER: "internal: marker in each process-isolated sandbox process (found by it)",
+    ENV_HOST_MARKER: "internal: marker of a case host and what its subject starts (killed by it at the end)",
     ENV_TEST_ATTACH: "test suite only: 'URL KEY' of a running emulator the emulator tests attach to",
 }
 
@@ -124,6 +127,26 @@ def emulator_child_env(environ: Mapping[str, str], owner_pid: int) -> dict[str, 
     env = {k: v for k, v in environ.items() if k != ENV_EMULATOR_KEY}  # always a fresh random key
     env[ENV_EMULATOR_OWNER] = str(owner_pid)
     return env
+
+
+#: What subject code never inherits from the controller: internal keys and markers of ours, the
+#: test suite's emulator, and the SDK variables (a case host gets its target's at its start).
+NOT_FOR_SUBJECTS = (
+    ENV_EMULATOR_KEY,
+    ENV_EMULATOR_OWNER,
+    ENV_SANDBOX_MARKER,
+    ENV_HOST_MARKER,
+    ENV_TEST_ATTACH,
+    ENV_API_KEY,
+    ENV_API_URL,
+    ENV_SANDBOX_URL,
+    ENV_RUN,
+)
+
+
+def subject_environ(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` less :data:`NOT_FOR_SUBJECTS`: the base of a case host's environment."""
+    return {k: v for k, v in environ.items() if k not in NOT_FOR_SUBJECTS}
 
 
 def sdk_env(api_url: str, api_key: str, sandbox_url: str | None = None) -> dict[str, str]:

@@ -93,7 +93,7 @@ def _subject(config: pytest.Config, kind: str, default: str) -> Callable[[], Any
     from pytest_e2b_env.catalog.contract import load_subject
 
     runtime = _runtime(config)
-    subject = runtime.subject(kind) or load_subject(default, kind)
+    subject = runtime.local_subject(kind) or load_subject(default, kind)  # the user's test calls it here
     return subject.factory
 
 

@@ -14,7 +14,7 @@ import pytest
 from pytest_e2b_env.adapter.keys import runtime_key, settings_key
 from pytest_e2b_env.adapter.runtime import Runtime
 from pytest_e2b_env.adapter.settings import Settings
-from pytest_e2b_env.catalog.contract import Subject
+from pytest_e2b_env.catalog.contract import SubjectInfo
 from pytest_e2b_env.catalog.loader import CaseLoadError
 from pytest_e2b_env.catalog.model import Case
 from pytest_e2b_env.catalog.record import CaseRecord
@@ -45,7 +45,7 @@ class RelaxedPolicyWarning(UserWarning):
 class CaseItem(pytest.Item):
     """One catalog case run against the configured subject of its kind."""
 
-    def __init__(self, *, case: Case, subject: Subject, **kwargs: Any) -> None:
+    def __init__(self, *, case: Case, subject: SubjectInfo, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.case = case
         self.subject = subject
@@ -70,10 +70,12 @@ class CaseItem(pytest.Item):
             raise
         lanes = runtime.lanes
         result = lanes.result(self.nodeid) if lanes is not None and lanes.owns(self.nodeid) else None
-        if result is None:  # no lane ran it: here, on this process's target
+        if result is None:  # no lane ran it: on this process's target, in this process's case host
             from pytest_e2b_env.adapter.lanes import run_on
 
-            result = run_on(self.case, self.subject, settings, target, runtime.host(self.case.subject))
+            host = runtime.host(self.case.subject)
+            assert host is not None  # items exist only for kinds with a subject
+            result = run_on(self.case, settings, target, host)
         self.e2b_result = result
         if result.status == "skipped":
             pytest.skip(result.reason or "skipped")
@@ -136,7 +138,7 @@ def add_catalog_items(session: pytest.Session, items: list[pytest.Item]) -> None
         items.extend(node for node in report.result if isinstance(node, pytest.Item))
 
 
-def runnable(items: list[pytest.Item]) -> list[tuple[str, Case, Subject]]:
+def runnable(items: list[pytest.Item]) -> list[tuple[str, Case, SubjectInfo]]:
     """The catalog cases among collected items: (node id, case, subject), in order."""
     return [(item.nodeid, item.case, item.subject) for item in items if isinstance(item, CaseItem)]
 

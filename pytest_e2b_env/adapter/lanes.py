@@ -25,7 +25,7 @@ from pytest_e2b_env.evidence.redaction import Redactor
 
 if TYPE_CHECKING:
     from pytest_e2b_env.adapter.settings import Settings
-    from pytest_e2b_env.catalog.contract import Subject
+    from pytest_e2b_env.catalog.contract import SubjectInfo
     from pytest_e2b_env.catalog.host import CaseHost
     from pytest_e2b_env.catalog.hostfork import HostTemplate
     from pytest_e2b_env.catalog.model import Case
@@ -35,63 +35,27 @@ if TYPE_CHECKING:
 OPEN_TIMEOUT = 120.0
 
 
-def host_spec(subject: Subject, kind: str, contract: str | None) -> dict[str, Any]:
-    """What a case host (or a template) imports: the subject spec, its kind and contract."""
-    return {"spec": subject.spec, "kind": kind, "contract": contract}
+def host_for(target: Target, subject: SubjectInfo, template: HostTemplate | None = None) -> CaseHost:
+    """A case host for one subject on ``target`` (started on first use; forked from ``template``).
 
-
-def host_for(
-    target: Target,
-    subject: Subject,
-    kind: str,
-    contract: str | None,
-    template: HostTemplate | None = None,
-) -> CaseHost:
-    """A case host for one subject kind on ``target`` (started on first use; forked from ``template``)."""
+    It gets the SDK's settings for the target and nothing else of it: never the control key.
+    """
     from pytest_e2b_env.catalog.host import CaseHost
 
-    return CaseHost(
-        {
-            "url": target.endpoint,
-            "api_key": target.api_key,
-            "control_key": target.control_key,
-            "mode": target.mode,
-            "run_id": target.run_id,
-        },
-        host_spec(subject, kind, contract),
-        template,
-    )
+    return CaseHost(target.sdk_env(), subject, template)
 
 
-def run_on(
-    case: Case, subject: Subject, settings: Settings, target: Target, host: CaseHost | None
-) -> CaseRecord:
-    """One case on one target: in its case host when there is one, else in this process.
+def run_on(case: Case, settings: Settings, target: Target, host: CaseHost) -> CaseRecord:
+    """One case on one target, its subject's calls carried out in its case host.
 
     The record comes back redacted, before any of it is cut into a failure message, a skip
     reason or a warning (or a task check's reason).
     """
     from pytest_e2b_env.adapter.redact import redact_record
-
-    return redact_record(_run_on(case, subject, settings, target, host), [target.api_key])
-
-
-def _run_on(
-    case: Case, subject: Subject, settings: Settings, target: Target, host: CaseHost | None
-) -> CaseRecord:
     from pytest_e2b_env.catalog.runner import run_case
 
-    if host is None:
-        return run_case(case, subject, target, extra_tools=settings.episode_tools, relax=settings.relax)
-    from pytest_e2b_env.catalog.host import HostDied
-    from pytest_e2b_env.catalog.runner import crashed
-
-    mark, started = target.ledger_mark(), time.perf_counter()
-    try:
-        return host.run(case, settings.episode_tools, settings.relax)
-    except HostDied as exc:
-        # The subject took its process down: the case fails with why, the run goes on.
-        return crashed(case, subject, target, mark, str(exc), time.perf_counter() - started)
+    record = run_case(case, host, target, extra_tools=settings.episode_tools, relax=settings.relax)
+    return redact_record(record, [target.api_key])
 
 
 #: What :meth:`Lanes._next` says when every template a lane could use is still importing.
@@ -220,22 +184,26 @@ class Lanes:
 
     Each lane serves one subject kind (:func:`share_lanes`); once its kind has nothing left it
     helps the kind with most cases left, when that kind's hosts are forked (cheap to start) or
-    all of its lanes are gone (a target that did not start).
+    all of its lanes are gone (a target that did not start). ``templates`` gives the host
+    template of a kind (the runtime's: they outlive the lanes).
     """
 
     def __init__(
         self,
         settings: Settings,
-        cases: list[tuple[str, Case, Subject]],
+        cases: list[tuple[str, Case, SubjectInfo]],
         width: int,
         open_target: Any,
         seconds: dict[str, float] | None = None,
+        *,
+        templates: Any = None,
     ) -> None:
         from pytest_e2b_env.adapter.durations import longest_first
 
         self.settings = settings
+        self._template_of = templates  # (kind) -> the HostTemplate of that kind, shared with the runtime
         self._open_target = open_target  # () -> Target, the same settings as the process's own
-        self._queues: dict[str, collections.deque[tuple[str, Case, Subject]]] = {}
+        self._queues: dict[str, collections.deque[tuple[str, Case, SubjectInfo]]] = {}
         for item in longest_first(cases, seconds or {}, key=lambda c: c[0]):
             self._queues.setdefault(item[1].subject, collections.deque()).append(item)
         self.kinds = share_lanes({k: len(q) for k, q in self._queues.items()}, width)
@@ -260,7 +228,7 @@ class Lanes:
             for kind in self.kinds:
                 self._alive[kind] += 1
         for kind in dict.fromkeys(self.kinds):
-            self._template(self._queues[kind][0][2], kind).start()
+            self._template(kind).start()
         for number, kind in enumerate(self.kinds):
             thread = threading.Thread(
                 target=self._lane, args=(number, kind), name=f"pytest-e2b-env-lane-{number}", daemon=True
@@ -294,7 +262,10 @@ class Lanes:
                 queue.clear()
 
     def close(self) -> None:
-        """Stop, wait for the running cases, then release every lane's hosts and target."""
+        """Stop, wait for the running cases, then release every lane's hosts and target.
+
+        The templates the hosts were forked from are the runtime's: it ends them after this.
+        """
         self.stop()
         for thread in self._threads:
             thread.join(timeout=900)
@@ -302,27 +273,21 @@ class Lanes:
         # its OpenEnv server (seconds, its sessions releasing their sandboxes), one per lane.
         _all_at_once(list(self._closers))
         self._closers.clear()
-        # After the hosts forked from them (a host's exit status comes from its template).
-        _all_at_once([template.close for template in self._templates.values()])
-        self._templates.clear()
 
     def _forks(self, kind: str) -> bool:
         """Whether this kind's hosts are being forked from its template (the lock is held)."""
         template = self._templates.get(kind)
         return template is not None and template.forking
 
-    def _template(self, subject: Subject, kind: str) -> HostTemplate:
+    def _template(self, kind: str) -> HostTemplate:
         """The one template this kind's hosts are forked from, in every lane."""
-        from pytest_e2b_env.catalog.hostfork import HostTemplate
-
         with self._lock:
             if kind not in self._templates:
-                spec = host_spec(subject, kind, self.settings.contract_for(kind))
-                self._templates[kind] = HostTemplate(spec)
+                self._templates[kind] = self._template_of(kind)
             return self._templates[kind]
 
     # ------------------------------------------------------------------ one lane
-    def _next(self, kind: str, hosted: set[str]) -> tuple[str, Case, Subject] | str | None:
+    def _next(self, kind: str, hosted: set[str]) -> tuple[str, Case, SubjectInfo] | str | None:
         with self._lock:
             if self._stopping:
                 return None
@@ -371,11 +336,9 @@ class Lanes:
                 target.sweep()
             target.close()
 
-        def host_of(subject: Subject, of: str) -> CaseHost:
+        def host_of(subject: SubjectInfo, of: str) -> CaseHost:
             if of not in hosts:
-                hosts[of] = host_for(
-                    target, subject, of, self.settings.contract_for(of), self._template(subject, of)
-                )
+                hosts[of] = host_for(target, subject, self._template(of))
                 with contextlib.suppress(Exception):  # imports and warm-up overlap the queue's wait
                     hosts[of].start(warm_up=subject.contract.warm_up is not None)
             return hosts[of]
@@ -391,7 +354,7 @@ class Lanes:
                 outcome = self._outcomes[key]
                 try:
                     host = host_of(subject, case.subject)
-                    outcome.record = run_on(case, subject, self.settings, target, host)
+                    outcome.record = run_on(case, self.settings, target, host)
                 except BaseException as exc:  # handed to the item, which reports it as its own
                     outcome.error = exc
                 finally:

@@ -1,8 +1,11 @@
 """The plugin's per-process state: the target, the loaded catalog and subjects, the lanes.
 
 One :class:`Runtime` per pytest process lives on ``config.stash`` (:mod:`.keys`). It opens this
-process's target (in the background from session start), imports each configured subject once,
-starts the lanes, and at session end releases hosts, subjects, sandboxes and targets.
+process's target (in the background from session start), learns each configured subject's
+declaration from the host template that imports it (this process never imports a subject for the
+catalog: what subject code patches in its own process cannot reach the verdicts computed here),
+starts the lanes, and at session end releases hosts, templates, subjects, sandboxes and targets,
+and ends every process the subjects started.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_e2b_env.adapter.settings import Settings
-from pytest_e2b_env.catalog.contract import Subject
+from pytest_e2b_env.catalog.contract import Subject, SubjectInfo
 from pytest_e2b_env.catalog.loader import load_cases
 from pytest_e2b_env.catalog.model import Case
 from pytest_e2b_env.errors import ConfigError, InfrastructureError
@@ -25,6 +28,7 @@ from pytest_e2b_env.targets import Target, open_target
 if TYPE_CHECKING:
     from pytest_e2b_env.adapter.lanes import Lanes, PreOpened
     from pytest_e2b_env.catalog.host import CaseHost
+    from pytest_e2b_env.catalog.hostfork import HostTemplate
 
 
 class Runtime:
@@ -35,7 +39,14 @@ class Runtime:
         self._target: Target | None = None
         self._failure: str | None = None
         self._cases: list[Case] | None = None
-        self._subjects: dict[str, Subject] = {}
+        self._subjects: dict[str, SubjectInfo] = {}
+        self._templates: dict[str, HostTemplate] = {}
+        self._template_lock = threading.Lock()
+        self._local: dict[str, Subject] = {}  # imported here for fixtures (the user's own tests)
+        from pytest_e2b_env.catalog.procs import new_token
+
+        #: carried by this run's templates, hosts and what subject code starts (killed at the end)
+        self.token = new_token()
         #: What made the run's evidence incomplete (target start, final sweep); the reporter reads it.
         self.problems: list[str] = []
         self._hosts: dict[str, CaseHost] = {}
@@ -52,8 +63,7 @@ class Runtime:
     def host(self, kind: str) -> CaseHost | None:
         """The process that runs this kind's subject code, offline and live (see docs/plugin.md).
 
-        The emulator, and the fault proxy live, serve the same control API (ledger, faults,
-        sandboxes), so a case host reaches the target exactly as this process does.
+        Forked from the kind's template; it gets the target's SDK settings, never its control key.
         """
         subject = self.subject(kind)
         if subject is None:
@@ -61,22 +71,50 @@ class Runtime:
         if kind not in self._hosts:
             from pytest_e2b_env.adapter.lanes import host_for
 
-            self._hosts[kind] = host_for(self.target(), subject, kind, self.settings.contract_for(kind))
+            self._hosts[kind] = host_for(self.target(), subject, self.template(kind))
         return self._hosts[kind]
 
-    def subject(self, kind: str) -> Subject | None:
-        """The configured subject of a kind, imported once; an import failure is one UsageError."""
+    def template(self, kind: str) -> HostTemplate:
+        """The process this kind's case hosts are forked from (it imports the subject once)."""
+        with self._template_lock:
+            if kind not in self._templates:
+                from pytest_e2b_env.catalog.hostfork import HostTemplate
+
+                spec = {
+                    "spec": self.settings.subject_for(kind),
+                    "kind": kind,
+                    "contract": self.settings.contract_for(kind),
+                }
+                self._templates[kind] = HostTemplate(spec, self.token)
+            return self._templates[kind]
+
+    def subject(self, kind: str) -> SubjectInfo | None:
+        """The configured subject of a kind as its template's import found it; a failure is one UsageError."""
         spec = self.settings.subject_for(kind)
         if spec is None:
             return None
         if kind not in self._subjects:
-            from pytest_e2b_env.catalog.contract import load_subject
-
             try:
-                self._subjects[kind] = load_subject(spec, kind, self.settings.contract_for(kind))
+                self._subjects[kind] = self.template(kind).describe(
+                    kind, spec, self.settings.contract_for(kind)
+                )
             except ConfigError as exc:  # may quote the subject's import error
                 raise pytest.UsageError(self.redactor().text(str(exc))) from None
         return self._subjects[kind]
+
+    def local_subject(self, kind: str) -> Subject | None:
+        """The subject imported into this process, for fixtures (the user's own tests call it here)."""
+        spec = self.settings.subject_for(kind)
+        if spec is None:
+            return None
+        if kind not in self._local:
+            from pytest_e2b_env.catalog.contract import load_subject
+
+            try:
+                self._local[kind] = load_subject(spec, kind, self.settings.contract_for(kind))
+            except ConfigError as exc:
+                raise pytest.UsageError(self.redactor().text(str(exc))) from None
+        return self._local[kind]
 
     def redactor(self) -> Redactor:
         """The bundle's redaction with this process's target keys: for what reaches the terminal."""
@@ -168,7 +206,7 @@ class Runtime:
             self._cases = load_cases(self.settings.cases, extra)
         return self._cases
 
-    def warm_up(self, cases: list[tuple[str, Case, Subject]]) -> None:
+    def warm_up(self, cases: list[tuple[str, Case, SubjectInfo]]) -> None:
         """Call each collected subject's declared ``warm_up`` with the target's SDK settings in force.
 
         A subject that needs slow set-up (the bundled episode starts an OpenEnv server) declares it
@@ -187,9 +225,6 @@ class Runtime:
             if host is not None:  # the host imports the subject and warms it up while cases run
                 with contextlib.suppress(Exception):
                     host.start(warm_up=subject.contract.warm_up is not None)
-            elif subject.contract.warm_up is not None:
-                with target.scoped_env(), contextlib.suppress(Exception):
-                    subject.contract.warm_up()
 
     def _open_lane_target(self) -> Target:
         target = open_target(TargetSettings.from_env(live=self.settings.live, run_id=self.settings.run_id))
@@ -208,7 +243,7 @@ class Runtime:
             self._preopened = PreOpened(self._open_lane_target, self.settings.lanes)
 
     def start_lanes(
-        self, cases: list[tuple[str, Case, Subject]], seconds: dict[str, float] | None = None
+        self, cases: list[tuple[str, Case, SubjectInfo]], seconds: dict[str, float] | None = None
     ) -> bool:
         """Run the collected cases in ``settings.lanes`` lanes; False when they run one by one.
 
@@ -221,7 +256,9 @@ class Runtime:
             self._preopened.keep(self.lanes.width if self.lanes is not None else 0)
         return started
 
-    def _start_lanes(self, cases: list[tuple[str, Case, Subject]], seconds: dict[str, float] | None) -> bool:
+    def _start_lanes(
+        self, cases: list[tuple[str, Case, SubjectInfo]], seconds: dict[str, float] | None
+    ) -> bool:
         mode = self.settings.mode
         cases = [entry for entry in cases if mode in entry[1].modes]
         width = min(self.settings.lanes, len(cases))
@@ -237,7 +274,7 @@ class Runtime:
         from pytest_e2b_env.adapter.lanes import Lanes
 
         opener = self._preopened.take if self._preopened is not None else self._open_lane_target
-        self.lanes = Lanes(self.settings, cases, width, opener, seconds)
+        self.lanes = Lanes(self.settings, cases, width, opener, seconds, templates=self.template)
         self.lanes.start()
         return True
 
@@ -259,6 +296,20 @@ class Runtime:
             preopened.close()
         own.join(timeout=900)
         self.problems.extend(own_problems)
+        self._end_templates()
+
+    def _end_templates(self) -> None:
+        """After every host: end the templates (and what is under them), then any marked straggler."""
+        from pytest_e2b_env.adapter.lanes import _all_at_once
+        from pytest_e2b_env.catalog import procs
+
+        with self._template_lock:
+            templates, self._templates = list(self._templates.values()), {}
+        _all_at_once([template.close for template in templates])
+        try:  # what left every tree (its host and template gone) but kept its marker
+            procs.kill_marked(self.token)
+        except Exception as exc:  # named in the bundle, never a traceback at session end
+            self.problems.append(f"ending the subjects' processes failed: {type(exc).__name__}: {exc}")
 
     def _close_own(self, problems: list[str]) -> None:
         """Stop this process's hosts and the reference OpenEnv server, sweep and stop its target."""
@@ -276,9 +327,9 @@ class Runtime:
                 problems.append(f"stopping a case host failed: {self.brief(exc)}")
         if self._target is not None:
             target, self._target = self._target, None
-            # What a subject keeps process-wide here (fixtures and live cases ran it in this
-            # process) is released while the target still answers: its contract's ``release``.
-            for subject in self._subjects.values():
+            # What a subject keeps process-wide here (fixtures ran it in this process) is
+            # released while the target still answers: its contract's ``release``.
+            for subject in self._local.values():
                 if subject.contract.release is not None:
                     with contextlib.suppress(Exception):
                         subject.contract.release()

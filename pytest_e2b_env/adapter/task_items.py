@@ -60,8 +60,8 @@ class TaskItem(pytest.Item):
 
         runtime = self.config.stash[runtime_key]
         settings = runtime.settings
-        subject = runtime.subject(self.task.kind)
-        assert subject is not None  # items exist only for kinds with a subject
+        host = runtime.host(self.task.kind)
+        assert host is not None  # items exist only for kinds with a subject
         try:
             target = runtime.target()
         except InfrastructureError as exc:
@@ -70,18 +70,17 @@ class TaskItem(pytest.Item):
             raise
         from pytest_e2b_env.adapter.lanes import run_on
 
-        host = runtime.host(self.task.kind)
         result = run_check(
             self.task,
             self.name,
             self.tasks,
-            subject,
+            host,
             target,
             repeats=settings.task_repeats,
             extra_tools=settings.episode_tools,
             relax=settings.relax,
             # in the case host, as catalog cases: a crash in subject code fails this check only
-            run=lambda case: run_on(case, subject, settings, target, host),
+            run=lambda case: run_on(case, settings, target, host),
         )
         self.e2b_task = result
         if result.status == "skipped":

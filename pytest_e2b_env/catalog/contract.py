@@ -108,6 +108,46 @@ class Contract:
         """The subject's method name for a catalog tool (``terminal``, ``submit`` or any other)."""
         return self.tools.get(role, role)
 
+    def facts(self) -> dict[str, Any]:
+        """The declaration as JSON data (callables by name): what a case host tells the controller."""
+        return {
+            "kind": self.kind,
+            "columns": self.columns if isinstance(self.columns, str) else {"callable": _name(self.columns)},
+            "task": self.task,
+            "task_arg": self.task_arg,
+            "tools": dict(self.tools),
+            "command_arg": self.command_arg,
+            "limits": dict(self.limits) if self.limits is not None else None,
+            "raises_classes": list(self.raises_classes),
+            "needs_isolation": self.needs_isolation,
+            "source": self.source,
+            **{key: (_name(getattr(self, key)) if getattr(self, key) is not None else None) for key in HOOKS},
+        }
+
+    @classmethod
+    def from_facts(cls, data: Mapping[str, Any]) -> Contract:
+        """The controller's copy of a declaration another process validated (:meth:`facts`).
+
+        Its callables are :class:`Declared` names: the controller reads the data and never runs
+        subject code.
+        """
+        columns = data.get("columns", "test_cases")
+        hooks: dict[str, Any] = {key: Declared(str(data[key])) if data.get(key) else None for key in HOOKS}
+        return cls(
+            kind=str(data["kind"]),
+            columns=Declared(str(columns["callable"])) if isinstance(columns, Mapping) else str(columns),
+            task=str(data.get("task", "json")),
+            task_arg=str(data.get("task_arg", "task")),
+            tools={str(k): str(v) for k, v in dict(data.get("tools") or {}).items()}
+            or {"terminal": "terminal", "submit": "submit"},
+            command_arg=str(data.get("command_arg", "command")),
+            limits={str(k): float(v) for k, v in data["limits"].items()} if data.get("limits") else None,
+            raises_classes=tuple(str(c) for c in data.get("raises_classes") or ()),
+            needs_isolation=data.get("needs_isolation") is True,
+            source=str(data.get("source", "defaults")),
+            **hooks,
+        )
+
     def summary(self) -> dict[str, Any]:
         """JSON-safe description for the manifest and the report."""
         columns = self.columns if isinstance(self.columns, str) else _name(self.columns)
@@ -134,7 +174,22 @@ class Contract:
 
 
 def _name(obj: Any) -> str:
+    if isinstance(obj, Declared):
+        return obj.name
     return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"
+
+
+class Declared:
+    """A callable the subject declares, as the controller knows it: its name (it runs in the case host)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"{self.name} is subject code: it runs in the case host, never in the controller")
+
+    def __repr__(self) -> str:
+        return f"<declared {self.name}>"
 
 
 def _fail(where: str, key: str, value: Any, fix: str) -> ConfigError:
@@ -211,6 +266,25 @@ class Subject:
     spec: str
     factory: Callable[[], Any]
     contract: Contract
+
+
+@dataclass(frozen=True)
+class SubjectInfo:
+    """A subject as the controller knows it: what to import where it runs, and its declaration.
+
+    The controller never imports the subject: a process that did (a host template, a case host)
+    sends the declaration as data (:meth:`Contract.facts`).
+    """
+
+    kind: str
+    spec: str
+    contract: Contract
+    #: the ini key naming a contract dict elsewhere (``e2b_<kind>_contract``), if any
+    contract_spec: str | None = None
+
+    def host_spec(self) -> dict[str, Any]:
+        """What a case host (or a template) imports: the subject spec, its kind and contract spec."""
+        return {"spec": self.spec, "kind": self.kind, "contract": self.contract_spec}
 
 
 def load_subject(spec: str, kind: str, contract_spec: str | None = None) -> Subject:

@@ -2,34 +2,32 @@
 
 As in TRL's environment loop, a fresh instance comes from the factory, a tool that raises
 has its error shown to the model and the episode goes on, ``close()`` is never called, and
-every public method other than ``reset`` and ``get_reward`` is a model tool.
+every public method other than ``reset`` and ``get_reward`` is a model tool. This runs in the
+controller: each call of the instance is one request to where the subject runs
+(:mod:`~pytest_e2b_env.catalog.calls`), which answers what it returned or raised; the ledger
+marks, the sandboxes alive and the timings around it are read here.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import gc
-import inspect
 import json
 import re
 import shlex
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
+from pytest_e2b_env.catalog.calls import Outcome, SubjectCalls
 from pytest_e2b_env.catalog.contract import LIMIT_KEYS, Contract
 from pytest_e2b_env.catalog.loader import resolve_path
 from pytest_e2b_env.catalog.model import Case, Step
-from pytest_e2b_env.catalog.observe import Call, Observation, exception_info
+from pytest_e2b_env.catalog.observe import Call, Observation
+from pytest_e2b_env.catalog.procs import Starvation
 from pytest_e2b_env.targets import Target
 from pytest_e2b_env.targets.tags import created_ids
 from pytest_e2b_env.toolsurface import tool_names
 
-#: A full collection slower than this means many long-lived objects (openenv imports gradio:
-#: ~200k objects, 0.1-0.3 s per collection); they are then moved out of later collections.
-SLOW_COLLECT_SECONDS = 0.05
 DEFAULT_TOOLS = ("terminal", "submit")
 #: A case that waits out a limit never waits longer than this; past it the case is skipped, named.
 WAIT_CAP_SECONDS = 30.0
@@ -163,17 +161,17 @@ class EpisodeDriver:
     def __init__(
         self,
         case: Case,
-        factory: Callable[[], Any],
+        calls: SubjectCalls,
         target: Target,
         secrets: list[str],
         extra_tools: list[str],
         contract: Contract | None = None,
     ) -> None:
         self.case = case
-        self.factory = factory
+        self.calls = calls
         self.target = target
         self.secrets = secrets
-        self.contract = contract or Contract(kind="episode")
+        self.contract = contract or calls.contract
         self.task = task_of(case, self.contract)
         self.values = placeholders(self.task, self.contract)
         roles = {*DEFAULT_TOOLS, *extra_tools}
@@ -181,34 +179,36 @@ class EpisodeDriver:
             subject="episode", allowed_tools=sorted({self.contract.tool(r) for r in roles} | set(extra_tools))
         )
         self._lock = threading.Lock()
-        self._collect_seconds = 0.0
+        self._failures: list[BaseException] = []
 
     def _observe(
         self,
         lane: int,
         name: str,
-        thunk: Callable[[], Any],
-        loop: asyncio.AbstractEventLoop,
+        action: str,
         args: dict[str, Any] | None = None,
         after_submit: bool = False,
         step: int | None = None,
-    ) -> Call:
+        **fields: Any,
+    ) -> tuple[Call, Outcome]:
         call = Call(name=name, lane=lane, args=args or {}, after_submit=after_submit, step=step)
         call.mark_start = self.target.ledger_mark()
         started = time.perf_counter()
         try:
-            result = thunk()
-            if inspect.isawaitable(result):
-                result = loop.run_until_complete(result)
-            call.value, call.returned = result, True
-        except Exception as exc:  # TRL shows a tool's error to the model and goes on
-            call.error = exception_info(exc, self.secrets)
+            outcome = self.calls.call(action, worker=lane, **fields)
         finally:
             call.seconds = time.perf_counter() - started
             call.mark_end = self.target.ledger_mark()
+        call.returned, call.value, call.error = outcome.returned, outcome.value, outcome.error
+        if not outcome.missing:
             with self._lock:
                 self.obs.calls.append(call)
-        return call
+        return call, outcome
+
+    def _method(
+        self, lane: int, env: int, name: str, method: str, args: dict[str, Any] | None = None, **fields: Any
+    ) -> tuple[Call, Outcome]:
+        return self._observe(lane, name, "method", args, handle=env, method=method, **fields)
 
     def _row(self) -> dict[str, Any]:
         """The dataset row TRL passes as ``reset(**row)``, shaped as the subject declared."""
@@ -218,34 +218,32 @@ class EpisodeDriver:
         return {"prompt": spec.prompt or DEFAULT_PROMPT, self.contract.task_arg: task}
 
     def _lane(self, lane: int) -> None:
+        try:
+            self._run_lane(lane)
+        except BaseException as exc:  # the host died or the inputs failed: the runner says so
+            with self._lock:
+                self._failures.append(exc)
+
+    def _run_lane(self, lane: int) -> None:
         spec = self.case.episode
         assert spec is not None
-        loop = asyncio.new_event_loop()
-        try:
-            mark0 = self.target.ledger_mark()
-            made = self._observe(lane, "factory", self.factory, loop)
-            if not made.returned:
-                return
-            env = made.value
-            made.value = type(env).__name__
-            if lane == 0:
-                self.obs.tools = model_tools(env)
-            row = self._row()
-            self._observe(lane, "reset", lambda: env.reset(**row), loop, {"task": "<task>"})
-            submitted = False
-            for index, step in enumerate(lane_steps(self.case, lane)):
-                submitted = self._step(lane, env, step, row, loop, submitted, index)
-            self._observe(lane, "get_reward", env.get_reward, loop, after_submit=submitted)
-            if spec.parallel == 1:
-                self.obs.alive_at_reward[lane] = sorted(self._created_since(mark0) & self.target.alive_ids())
-            # TRL drops an environment instance when its trainer ends; the instance dies here too.
-            env = None
-            started = time.perf_counter()
-            gc.collect()
-            with self._lock:
-                self._collect_seconds = max(self._collect_seconds, time.perf_counter() - started)
-        finally:
-            loop.close()
+        mark0 = self.target.ledger_mark()
+        _, made = self._observe(lane, "factory", "factory")
+        if not made.returned:
+            return
+        env = int(made.facts.get("handle") or 0)
+        if lane == 0:
+            self.obs.tools = [str(t) for t in made.facts.get("tools") or []]
+        row = self._row()
+        self._method(lane, env, "reset", "reset", {"task": "<task>"}, kwargs=row)
+        submitted = False
+        for index, step in enumerate(lane_steps(self.case, lane)):
+            submitted = self._step(lane, env, step, row, submitted, index)
+        self._method(lane, env, "get_reward", "get_reward", after_submit=submitted)
+        if spec.parallel == 1:
+            self.obs.alive_at_reward[lane] = sorted(self._created_since(mark0) & self.target.alive_ids())
+        # TRL drops an environment instance when its trainer ends; the instance dies here too.
+        self.calls.call("drop", worker=lane, handle=env)
 
     def _created_since(self, mark: int) -> set[str]:
         return set(created_ids(self.target.ledger(since=mark)))
@@ -253,10 +251,9 @@ class EpisodeDriver:
     def _step(
         self,
         lane: int,
-        env: Any,
+        env: int,
         step: Step,
         row: dict[str, Any],
-        loop: asyncio.AbstractEventLoop,
         submitted: bool,
         index: int,
     ) -> bool:
@@ -269,7 +266,7 @@ class EpisodeDriver:
             return submitted
         if step.tool == "reset":
             mark = self.target.ledger_mark()
-            self._observe(lane, "reset", lambda: env.reset(**row), loop, {"again": True}, step=index)
+            self._method(lane, env, "reset", "reset", {"again": True}, step=index, kwargs=row)
             alive = self.target.alive_ids()
             earlier = [sid for sid in self.obs.created_before(mark, self.target) if sid in alive]
             self.obs.alive_after_reset.append(earlier)
@@ -286,36 +283,28 @@ class EpisodeDriver:
         if role == "terminal":
             args = {self.contract.command_arg: args["command"]}
         tool = self.contract.tool(role)
-        method = getattr(env, tool, None)
-        if tool.startswith("_") or not callable(method):
-            call = Call(
-                name=role,
-                lane=lane,
-                args=shown,
-                after_submit=submitted,
-                expect_refused=step.refuse,
-                step=index,
-            )
-            call.error = {"type": "NoSuchTool", "hierarchy": ["NoSuchTool"], "message": tool}
+        watch = Starvation([self.target.server_pid or 0], self.calls.subject_pid()) if step.deadline else None
+        made, outcome = self._method(
+            lane, env, role, tool, shown, after_submit=submitted, step=index, kwargs=args, tool=True
+        )
+        if outcome.missing:  # no such public method: the model's call fails, nothing ran
+            made = Call(name=role, lane=lane, args=shown, after_submit=submitted, step=index)
+            made.error = {"type": "NoSuchTool", "hierarchy": ["NoSuchTool"], "message": tool}
             with self._lock:
-                self.obs.calls.append(call)
-            return submitted
-        made = self._observe(lane, role, lambda: method(**args), loop, shown, submitted, step=index)
+                self.obs.calls.append(made)
         made.expect_refused = step.refuse
         if step.deadline is not None:
-            made.deadline = {
-                "limit": self.contract.limit(step.deadline, self.task),
-                "allowed": deadline_allowance(self.contract.limit(step.deadline, self.task)),
-                "name": step.deadline,
-            }
+            limit = self.contract.limit(step.deadline, self.task)
+            made.deadline = {"limit": limit, "allowed": deadline_allowance(limit), "name": step.deadline}
+            if watch is not None:
+                made.deadline |= watch.measure()
         return submitted or role == "submit"
 
     def run(self) -> Observation:
-        """Run every lane (in threads when parallel); never raises."""
+        """Run every lane (in threads when parallel); raises only what the runner must handle."""
         spec = self.case.episode
         assert spec is not None
         self.obs.mark0 = self.target.ledger_mark()
-        lanes: list[threading.Thread] = []
         if spec.parallel == 1:
             self._lane(0)
         else:
@@ -326,18 +315,6 @@ class EpisodeDriver:
                 thread.start()
             for thread in lanes:
                 thread.join(timeout=300)
-        self._freeze_survivors(lanes_done=not any(t.is_alive() for t in lanes))
+        if self._failures:
+            raise self._failures[0]
         return self.obs
-
-    def _freeze_survivors(self, lanes_done: bool) -> None:
-        """Keep the per-lane collection cheap once the subject's stack is imported.
-
-        When a lane's full collection was slow, every object that survives one more collection
-        (imports, the subject's server) goes to the permanent generation. Objects made later,
-        such as the next cases' environment instances, are still collected at their lane's end,
-        so what a lane's collection finds is unchanged. Never while a lane still runs: its
-        instance would be frozen and escape its own lane's collection.
-        """
-        if lanes_done and self._collect_seconds > SLOW_COLLECT_SECONDS:
-            gc.collect()
-            gc.freeze()

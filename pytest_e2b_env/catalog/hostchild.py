@@ -1,9 +1,12 @@
 """The case host's own side: the loop a spawned or forked case host runs (``python -m`` this module).
 
-It reads JSON requests from the controller's pipe, runs each against the subject it imported once
-(or the subject the template imported before forking it), and writes one JSON reply per request.
-Both ways a host starts (:class:`~pytest_e2b_env.catalog.host.CaseHost` spawning it,
-:mod:`~pytest_e2b_env.catalog.hostfork` forking it) run exactly this loop.
+It reads JSON requests from the controller's pipe and carries each out against the subject it
+imported once (or the subject the template imported before forking it): ``hello`` (the target's
+SDK settings and the subject), ``warm_up``, the subject calls of a case
+(:class:`~pytest_e2b_env.catalog.execute.Executor`), ``stop``. Every answer is one JSON line
+carrying the request's id. It never learns a key of the target's control API, reads no ledger and
+judges nothing. Both ways a host starts (:class:`~pytest_e2b_env.catalog.host.CaseHost` spawning
+it, :mod:`~pytest_e2b_env.catalog.hostfork` forking it) run exactly this loop.
 """
 
 from __future__ import annotations
@@ -13,16 +16,27 @@ import gc
 import json
 import os
 import sys
+import threading
 from typing import Any
 
+from pytest_e2b_env.catalog import procs
 from pytest_e2b_env.catalog.contract import load_subject
-from pytest_e2b_env.catalog.model import Case
-from pytest_e2b_env.catalog.runner import run_case
-from pytest_e2b_env.emulator import Emulator
-from pytest_e2b_env.settings import TargetSettings
-from pytest_e2b_env.targets import Target
+from pytest_e2b_env.catalog.execute import Executor
+from pytest_e2b_env.catalog.raw import OPAQUE, dumps
+from pytest_e2b_env.errors import ConfigError
 
 __all__ = ["load_subject", "serve"]
+
+#: An answer longer than this goes with its value replaced by a note (the controller's limit is 64 MiB).
+ANSWER_LIMIT = 32 * 1024 * 1024
+
+
+def _bounded(message: dict[str, Any]) -> bytes:
+    data = dumps(message)
+    if len(data) <= ANSWER_LIMIT:
+        return data
+    note = f"a value of {len(data)} bytes as JSON, more than the {ANSWER_LIMIT} the host sends"
+    return dumps({**message, "value": {OPAQUE: {"type": "too large", "str": note, "repr": note}}})
 
 
 def serve(req_fd: int, rep_fd: int, loaded: tuple[dict[str, Any], Any] | None = None) -> int:
@@ -30,69 +44,71 @@ def serve(req_fd: int, rep_fd: int, loaded: tuple[dict[str, Any], Any] | None = 
 
     ``loaded``: (subject spec, subject) a template imported before forking this host.
     """
+    procs.become_subreaper()  # what the subject starts stays in this tree, daemons included
     reader = os.fdopen(req_fd, "rb")
     writer = os.fdopen(rep_fd, "wb")
+    lock = threading.Lock()
 
     def reply(message: dict[str, Any]) -> None:
-        writer.write((json.dumps(message, default=str) + "\n").encode())
-        writer.flush()
+        data = _bounded(message)
+        with lock:
+            writer.write(data)
+            writer.flush()
 
-    target: Any = None
     subject: Any = None
+    executor: Executor | None = None
     for raw in reader:
         request = json.loads(raw)
-        op = request.get("op")
+        op, call_id = request.get("op"), request.get("id")
         try:
             if op == "hello":
-                info = request["target"]
-                # the emulator, or the fault proxy before live E2B: both serve the control API
-                backend = Emulator.connect(info["url"], info["api_key"], info["control_key"])
-                target = Target(backend, TargetSettings(mode=info["mode"], run_id=info["run_id"]))
+                # The SDK's settings for the target, for the host's whole life; nothing else of it.
+                os.environ.update(request["sdk_env"])
+                if request.get("marker"):  # a forked host: its own mark, for what its subject starts
+                    os.environ[procs.MARKER] = str(request["marker"])
                 spec = request["subject"]
                 if loaded is not None and loaded[0] == spec:
                     subject = loaded[1]
                 else:
                     subject = load_subject(spec["spec"], spec["kind"], spec.get("contract"))
+                executor = Executor(subject, reply)
                 gc.freeze()  # the subject and its imports live as long as the host: collections skip them
-                reply({"ok": True})
+                reply({"id": call_id, "ok": True, "contract": subject.contract.facts()})
             elif op == "warm_up":
                 if subject.contract.warm_up is not None:
-                    with target.scoped_env(), contextlib.suppress(Exception):
+                    with contextlib.suppress(Exception):
                         subject.contract.warm_up()
                 gc.freeze()
-                reply({"ok": True})
-            elif op == "run":
-                case = Case.model_validate(request["case"])
-                record = run_case(
-                    case,
-                    subject,
-                    target,
-                    extra_tools=list(request.get("extra_tools") or []),
-                    relax=frozenset(request.get("relax") or ()),
-                )
-                # Free the case's unreachable objects before the next case's subject code runs.
-                # A cancelled batch leaves SDK tasks in reference cycles, freed by the collector
-                # at any allocation of a later case; a failed task's finalizer logs its traceback,
-                # which on CPython 3.11 runs ``ast.parse`` on the source line. Nested inside the
-                # subject's own ``ast.parse``, that resets the interpreter's one AST depth counter
-                # and the subject's parse raises SystemError: a correct candidate scores 0.
-                # What survives is frozen, as the imports were: the next collection walks only
-                # what the next case makes (a cycle that dies later stays until the host ends).
-                gc.collect()
-                gc.freeze()
-                reply({"ok": True, "record": json.loads(record.to_json())})
+                reply({"id": call_id, "ok": True})
             elif op == "stop":
                 # What the subject keeps process-wide (servers) releases its sandboxes while the
-                # target still answers: the contract's ``release``.
+                # target still answers: the contract's ``release``. Then what it started ends.
                 if subject is not None and subject.contract.release is not None:
                     with contextlib.suppress(Exception):
                         subject.contract.release()
-                reply({"ok": True})
+                with contextlib.suppress(Exception):
+                    procs.kill_tree(os.getpid())
+                reply({"id": call_id, "ok": True})
                 return 0
+            elif executor is None:
+                reply({"id": call_id, "error": f"request {op!r} before hello"})
             else:
-                reply({"error": f"unknown request {op!r}"})
+                executor.handle(request)
+                if op == "end":
+                    # Free the case's unreachable objects before the next case's subject code runs.
+                    # A cancelled batch leaves SDK tasks in reference cycles, freed by the collector
+                    # at any allocation of a later case; a failed task's finalizer logs its
+                    # traceback, which on CPython 3.11 runs ``ast.parse`` on the source line. Nested
+                    # inside the subject's own ``ast.parse``, that resets the interpreter's one AST
+                    # depth counter and the subject's parse raises SystemError: a correct candidate
+                    # scores 0. What survives is frozen, as the imports were: the next collection
+                    # walks only what the next case makes.
+                    gc.collect()
+                    gc.freeze()
+        except ConfigError as exc:  # the subject could not be imported here
+            reply({"id": call_id, "error": str(exc)})
         except Exception as exc:  # the request failed in the host, not the subject: say so
-            reply({"error": f"case host: {type(exc).__name__}: {exc}"})
+            reply({"id": call_id, "error": f"case host: {type(exc).__name__}: {exc}"})
     return 0
 
 

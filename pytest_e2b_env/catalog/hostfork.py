@@ -12,9 +12,15 @@ the imports left a Python thread running, or any native thread unless the contra
 ``preload``: that declaration says the subject's imports are fork-safe (the bundled episode's
 openenv imports pyarrow, whose allocator and pools keep native threads with fork handlers).
 
+The template is also how the controller learns what the subject declares without importing it:
+its first answer carries the subject's contract as data (or why the import failed), its second
+whether it forks.
+
 The template is the hosts' parent, so it alone can collect how one ended; the controller watches
 each through a pidfd (exit, kill) and asks the template for the status once the pidfd says it is
-over. The template ends when the controller's end of the socket closes.
+over. It is a child subreaper: what a crashed host's subject started is adopted by it, and the
+controller kills those orphans (:meth:`HostTemplate.reap_orphans`); at its close the controller
+kills its whole tree. The template ends when the controller's end of the socket closes.
 """
 
 from __future__ import annotations
@@ -33,17 +39,37 @@ import sys
 import threading
 from typing import Any
 
+from pytest_e2b_env.catalog import procs
+from pytest_e2b_env.catalog.contract import Contract, SubjectInfo
+from pytest_e2b_env.errors import ConfigError
+from pytest_e2b_env.settings import subject_environ
+
 #: How long the template may take to import the subject before hosts are spawned instead.
 PRELOAD_TIMEOUT = 300.0
 #: The largest message either side sends (requests and answers are a few hundred bytes).
 MAX_MESSAGE = 64 * 1024
 
 
-def host_env() -> dict[str, str]:
-    """The environment of a host or template: the subject must import exactly as it does here."""
-    env = dict(os.environ)
+def host_env(marker: str) -> dict[str, str]:
+    """The environment of a host or template: the subject must import exactly as it does here.
+
+    The controller's environment less what subject code must never hold (our internal keys and
+    markers; the SDK variables, which a host gets for its own target at hello), with ``marker``
+    (:data:`~pytest_e2b_env.catalog.procs.MARKER`) and the controller's import path.
+    """
+    env = subject_environ(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # rootdir, ini pythonpath
+    env[procs.MARKER] = marker
     return env
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read(1024)
+        return int(raw[raw.rfind(b")") + 2 :].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class Forked:
@@ -91,14 +117,19 @@ class Forked:
 class HostTemplate:
     """The controller's side of one template: started on first use, shared by threads (lanes)."""
 
-    def __init__(self, subject: dict[str, Any]) -> None:
+    def __init__(self, subject: dict[str, Any], token: str = procs.RUN_TOKEN) -> None:
         self.subject = subject
+        #: the run's token its environment carries (and every host forked from it)
+        self.token = token
         #: why hosts are spawned rather than forked (None: forked, or not asked yet)
         self.refused: str | None = None
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._ready = False
+        #: the template's first answer: the subject's contract as data, or why it did not import
+        self._loaded: dict[str, Any] | None = None
+        self._hosts: set[int] = set()  # forked hosts whose end is not yet collected
 
     @property
     def forking(self) -> bool:
@@ -114,14 +145,33 @@ class HostTemplate:
             return self._ready
         try:
             sock = self._sock
-            if not self._ready and self.refused is None and sock is not None:
+            while not self._ready and self.refused is None and sock is not None and self._sock is sock:
                 poller = select.poll()
                 poller.register(sock, select.POLLIN | select.POLLHUP)
-                if poller.poll(0):
+                if not poller.poll(0):
+                    break
+                if self._loaded is None:
+                    self._take_loaded()
+                else:
                     self._preloaded()
             return self._ready or self.refused is not None
         finally:
             self._lock.release()
+
+    def describe(self, kind: str, spec: str, contract_spec: str | None) -> SubjectInfo:
+        """What the subject declares, as the template's import found it (waits for the import).
+
+        A subject that cannot be imported (missing module, syntax error, no such attribute, a bad
+        contract) is one :class:`ConfigError` naming it, as if this process had imported it.
+        """
+        self.start()
+        with self._lock:
+            if self._loaded is None:
+                self._take_loaded()
+            loaded = self._loaded or {}
+        if loaded.get("contract") is None:
+            raise ConfigError(str(loaded.get("why") or f"e2b_{kind}_subject={spec!r} could not be imported"))
+        return SubjectInfo(kind, spec, Contract.from_facts(loaded["contract"]), contract_spec)
 
     def start(self) -> None:
         """Start importing in the background (the first :meth:`fork` waits for it)."""
@@ -131,12 +181,29 @@ class HostTemplate:
                 self._proc = subprocess.Popen(
                     [sys.executable, "-m", "pytest_e2b_env.catalog.hostfork", str(theirs.fileno())],
                     pass_fds=(theirs.fileno(),),
-                    env=host_env(),
+                    env=host_env(self.token),
                     stdin=subprocess.DEVNULL,
                 )
                 theirs.close()
                 self._sock = ours
                 ours.sendall(json.dumps({"op": "preload", "subject": self.subject}).encode())
+
+    def _take_loaded(self) -> None:
+        """Read the template's first answer (the lock is held): the contract, or why not."""
+        try:
+            self._loaded = self._ask(None, timeout=PRELOAD_TIMEOUT)
+        except OSError as exc:
+            proc, code = self._proc, None
+            if proc is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    code = proc.wait(timeout=10)
+            spec = self.subject.get("spec")
+            self._loaded = {
+                "why": f"e2b_{self.subject.get('kind')}_subject={spec!r}: importing it ended the process "
+                f"(exit {code}: {exc})"
+            }
+        if self._loaded.get("contract") is None:
+            self._refuse(str(self._loaded.get("why") or "it could not import the subject"))
 
     def fork(self, req_fd: int, rep_fd: int) -> Forked | None:
         """A host forked with these pipe ends (the caller closes its own copies); None: spawn it."""
@@ -145,37 +212,66 @@ class HostTemplate:
             if self.refused is not None:
                 return None
             try:
-                if not self._ready and not self._preloaded():
+                if self._loaded is None:
+                    self._take_loaded()
+                if self.refused is not None or (not self._ready and not self._preloaded()):
                     return None
                 pid = self._ask({"op": "fork"}, fds=(req_fd, rep_fd)).get("pid")
             except OSError as exc:
                 self._refuse(f"the template stopped answering ({exc})")
                 return None
-            if not isinstance(pid, int):
+            proc = self._proc
+            # The template ran subject code at import: the pid it names must be its own child.
+            if not isinstance(pid, int) or proc is None or _parent(pid) != proc.pid:
                 self._refuse("the template did not fork")
                 return None
             try:
-                return Forked(self, pid)
+                forked = Forked(self, pid)
             except OSError as exc:  # no pidfd (Linux before 5.3): nothing to watch it with
                 os.kill(pid, signal.SIGKILL)  # it waits for its hello, so the pid is still its own
                 self._refuse(f"pidfd_open failed ({exc})")
                 return None
+            self._hosts.add(pid)
+            return forked
 
     def status(self, pid: int) -> int | None:
         """How a forked host ended (its exit code, or minus the signal); None if nobody can say."""
         with self._lock:
+            self._hosts.discard(pid)
             try:
                 code = self._ask({"op": "status", "pid": pid}).get("returncode")
             except OSError:
                 return None
             return code if isinstance(code, int) else None
 
+    def reap_orphans(self) -> list[int]:
+        """Kill what the template adopted from hosts that ended (their subjects' processes); the pids.
+
+        Read from ``/proc`` here, never asked of the template (it ran subject code at import):
+        every child of the template that is not a host it forked, with its tree.
+        """
+        with self._lock:  # no fork is under way: a new host is never taken for an orphan
+            proc = self._proc
+            if proc is None:
+                return []
+            killed: list[int] = []
+            for child in procs.children(proc.pid):
+                if child not in self._hosts:
+                    killed += procs.kill_tree(child, include_root=True)
+            if killed and self._sock is not None and self._ready:
+                with contextlib.suppress(OSError):
+                    self._ask({"op": "reap"})
+            return killed
+
     def close(self) -> None:
-        """End the template (the hosts it forked are closed by their own :class:`CaseHost`)."""
+        """End the template and everything under it (its hosts are closed by their :class:`CaseHost`)."""
         with self._lock:
             sock, proc = self._sock, self._proc
             self._sock = self._proc = None
             self.refused = self.refused or "closed"
+        if proc is not None:
+            with contextlib.suppress(Exception):
+                procs.kill_tree(proc.pid)  # whatever its import started, and hosts' orphans
         if sock is not None:
             sock.close()  # the template reads end of input and exits
         if proc is not None:
@@ -207,7 +303,7 @@ class HostTemplate:
         return answer
 
     def _preloaded(self) -> bool:
-        """Read the template's answer to the import (the lock is held); False: it refuses to fork."""
+        """Read the template's second answer (the lock is held); False: it refuses to fork."""
         try:
             answer = self._ask(None, timeout=PRELOAD_TIMEOUT)
         except OSError as exc:
@@ -242,16 +338,28 @@ def _unforkable(declared_preload: bool) -> str | None:
 
 
 def _serve(sock: socket.socket) -> int:
-    """Import, answer whether forking is safe, then fork hosts and report how they ended."""
+    """Import, say what the subject declares and whether forking is safe, then fork hosts."""
+    procs.become_subreaper()  # what a crashed host's subject started comes to us, not to init
     request = json.loads(sock.recv(MAX_MESSAGE) or b"{}")
     spec = request.get("subject") or {}
     try:
         from pytest_e2b_env.catalog import hostchild  # everything a host imports, once
 
         subject = hostchild.load_subject(spec["spec"], spec["kind"], spec.get("contract"))
+    except ConfigError as exc:  # the message names the spec and the failure, as users read it
+        sock.sendall(json.dumps({"ok": False, "why": str(exc)[:2000]}).encode())
+        return 0
+    except BaseException as exc:  # the subject's import may fail in any way
+        said = (
+            f"e2b_{spec.get('kind')}_subject={spec.get('spec')!r}: importing it raised {type(exc).__name__}"
+        )
+        sock.sendall(json.dumps({"ok": False, "why": f"{said}: {exc}"[:2000]}).encode())
+        return 0
+    sock.sendall(json.dumps({"ok": True, "contract": subject.contract.facts()}).encode())
+    try:
         if subject.contract.preload is not None:
             subject.contract.preload()
-    except BaseException as exc:  # the subject's import may fail in any way: hosts then say how
+    except BaseException as exc:  # hosts then import for themselves and meet it there
         sock.sendall(json.dumps({"ok": False, "why": f"{type(exc).__name__}: {exc}"[:500]}).encode())
         return 0
     gc.collect()
@@ -284,6 +392,9 @@ def _serve(sock: socket.socket) -> int:
             _, status = os.waitpid(pid, 0)  # its pidfd said it ended: this does not block
             children.discard(pid)
             sock.sendall(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}).encode())
+        elif request.get("op") == "reap":
+            _reap_adopted(children)
+            sock.sendall(json.dumps({"ok": True}).encode())
         else:
             for fd in fds:
                 os.close(fd)
@@ -292,6 +403,14 @@ def _serve(sock: socket.socket) -> int:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
     return 0
+
+
+def _reap_adopted(hosts: set[int]) -> None:
+    """Collect the orphans the template adopted that have ended (never a host: its status is asked for)."""
+    for pid in procs.children(os.getpid()):
+        if pid not in hosts and procs.state(pid) == "Z":
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
 
 
 def _run_host(req_fd: int, rep_fd: int, spec: dict[str, Any], subject: Any) -> None:

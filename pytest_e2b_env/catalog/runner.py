@@ -1,12 +1,16 @@
 """Run one case: faults on, drive the subject, faults off, observe, clean up leaks, judge.
 
+Everything here runs in the controller: the drivers play TRL's part and send each subject call to
+where the subject runs (its case host, :mod:`~pytest_e2b_env.catalog.calls`), which answers only
+what the call returned or raised. The ledger, the sandbox list, the faults, the cleanup and every
+verdict are read and computed here, with the target's control key, which no subject code holds.
+
 :func:`run_case` never raises for anything the subject does; it returns the case's typed
 :class:`~pytest_e2b_env.catalog.record.CaseRecord`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import re
@@ -15,9 +19,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from pytest_e2b_env.catalog.contract import Subject
+from pytest_e2b_env.catalog.calls import DriverError, HostDied, LocalCalls, SubjectCalls
+from pytest_e2b_env.catalog.contract import Contract, Subject
 from pytest_e2b_env.catalog.drive_episode import EpisodeDriver, task_of, unmet_window
 from pytest_e2b_env.catalog.drive_reward import RewardDriver
+from pytest_e2b_env.catalog.harness import harness_fault
 from pytest_e2b_env.catalog.model import Case
 from pytest_e2b_env.catalog.observe import Observation, exception_info, scrub
 from pytest_e2b_env.catalog.record import CaseRecord
@@ -166,7 +172,7 @@ def not_applicable(case: Case, obs: Observation) -> str | None:
     return None
 
 
-def skip_reason(case: Case, subject: Subject, target: Target) -> str | None:
+def skip_reason(case: Case, contract: Contract, target: Target) -> str | None:
     """Why a case cannot run here (mode, isolation level, a window the subject does not offer)."""
     if target.mode not in case.modes:
         return f"not runnable {target.mode}: {case.modes_reason}"
@@ -176,52 +182,94 @@ def skip_reason(case: Case, subject: Subject, target: Target) -> str | None:
             f"needs the emulator's namespaces isolation level, got {target.isolation!r} "
             f"({target.isolation_reason}): {case.family} cases would run their programs on this host"
         )
-    if below and subject.contract.needs_isolation:
+    if below and contract.needs_isolation:
         return (
             f"the subject declares it needs sandboxes as E2B gives them (contract 'needs_isolation'), and "
             f"the emulator's level is {target.isolation!r} ({target.isolation_reason})"
         )
     if case.episode is not None:
-        return unmet_window(case, task_of(case, subject.contract), subject.contract)
+        return unmet_window(case, task_of(case, contract), contract)
     return None
 
 
 def run_case(
     case: Case,
-    subject: Subject,
+    subject: Subject | SubjectCalls,
     target: Target,
     *,
     extra_tools: list[str] | None = None,
     relax: frozenset[str] = frozenset(),
 ) -> CaseRecord:
-    """Run ``case`` against ``subject`` on ``target``; never raises for anything the subject does."""
-    started = time.perf_counter()
-    secrets = [target.api_key]
-    contract = subject.contract
-    reason = skip_reason(case, subject, target)
-    if reason is not None:
-        record = CaseRecord.for_case(case, subject.spec, "skipped", reason)
-        record.contract = contract.summary()
+    """Run ``case`` against ``subject`` on ``target``; never raises for anything the subject does.
+
+    ``subject`` is where the subject's code runs: a case host (the plugin's way), or a
+    :class:`Subject` loaded in this process (its calls then run here: no isolation). A case the
+    harness failed (the target's own error, a starved machine, a sweep that could not remove a
+    sandbox) is an ``error`` naming the harness, never a failure of the subject, and runs once more.
+    """
+    calls = subject if isinstance(subject, SubjectCalls) else LocalCalls(subject)
+    record, harness = _attempt(case, calls, target, extra_tools or [], relax)
+    if harness is None:
         return record
+    again, _ = _attempt(case, calls, target, extra_tools or [], relax)
+    again.attempts = 2
+    again.seconds = round(again.seconds + record.seconds, 4)
+    again.advice.insert(0, f"the first attempt was the harness's error, so the case ran again: {harness}")
+    return again
+
+
+def _drive(
+    case: Case, calls: SubjectCalls, target: Target, secrets: list[str], extra_tools: list[str]
+) -> tuple[Observation, str | None]:
+    """Play TRL's part for the case; (what was observed, how the subject's process ended if it did)."""
+    obs = Observation(subject=case.subject)
+    try:
+        calls.begin()
+        driver: RewardDriver | EpisodeDriver
+        if case.subject == "reward":
+            driver = RewardDriver(case, calls, target, secrets)
+        else:
+            driver = EpisodeDriver(case, calls, target, secrets, extra_tools)
+        obs = driver.obs
+        try:
+            obs = driver.run()
+        except DriverError as exc:  # the case's own inputs failed where the subject runs
+            obs.driver_error = exc.info
+        except HostDied:
+            raise
+        except Exception as exc:  # a driver bug must still produce a record
+            obs.driver_error = exception_info(exc, secrets)
+        calls.end()
+    except HostDied as exc:
+        return obs, str(exc)
+    return obs, None
+
+
+def _attempt(
+    case: Case, calls: SubjectCalls, target: Target, extra_tools: list[str], relax: frozenset[str]
+) -> tuple[CaseRecord, str | None]:
+    """One run of the case: its record, and what of the harness failed it (None: nothing)."""
+    started = time.perf_counter()
+    secrets = [target.api_key, target.control_key]
+    calls.secrets = secrets
+    contract = calls.contract
+    reason = skip_reason(case, contract, target)
+    if reason is not None:
+        record = CaseRecord.for_case(case, calls.spec, "skipped", reason)
+        record.contract = contract.summary()
+        return record, None
     target.faults.clear()
     mark = target.ledger_mark()
     deferred = [f for f in case.faults if f.sandbox_nth is not None]
     for fault in case.faults:
         if fault.sandbox_nth is None:
             target.faults.add(**fault.add_kwargs())
-    obs: Observation
     watcher: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
     if deferred:
         watcher = SandboxWatcher(target, mark=mark, deferred=deferred)
-    with target.scoped_env(), watcher:
+    with calls.environment(target), watcher:
         try:
-            if case.subject == "reward":
-                obs = asyncio.run(RewardDriver(case, subject.factory, target, secrets, contract).run())
-            else:
-                driver = EpisodeDriver(case, subject.factory, target, secrets, extra_tools or [], contract)
-                obs = driver.run()
-        except Exception as exc:  # a driver bug must still produce a record
-            obs = Observation(subject=case.subject, driver_error=exception_info(exc, secrets))
+            obs, died = _drive(case, calls, target, secrets, extra_tools)
         finally:
             target.faults.clear()
     target.faults.clear()  # again: the watcher may have pinned a deferred fault at the very end
@@ -229,9 +277,21 @@ def run_case(
     obs.ledger = target.ledger(since=mark)
     _create_info(target, obs)
     _cleanup(target, obs)
+    if died is not None:
+        criteria = [
+            criterion(
+                "subject-process",
+                "the subject's code ran to the end of the case without ending its process",
+                False,
+                "the case process survives the subject",
+                died,
+            )
+        ]
+        reason = f"failed criteria: subject-process ({died})"
+        return _record(case, calls, "failed", reason, criteria, obs, started, secrets), None
     not_applicable_reason = not_applicable(case, obs)
     if not_applicable_reason is not None:
-        return _record(case, subject, "skipped", not_applicable_reason, [], obs, started, secrets)
+        return _record(case, calls, "skipped", not_applicable_reason, [], obs, started, secrets), None
     criteria = judge(case, obs, contract, secrets, relax)
     failed = [c["id"] for c in criteria if not c["passed"] and not c.get("relaxed")]
     relaxed = [c["id"] for c in criteria if c.get("relaxed")]
@@ -241,7 +301,16 @@ def run_case(
         status, reason = "relaxed", f"relaxed policy criteria failed: {', '.join(relaxed)}"
     else:
         status, reason = "passed", None
-    return _record(case, subject, status, reason, criteria, obs, started, secrets)
+    harness, note = harness_fault(obs, criteria, failed=bool(failed), target=target.mode)
+    if harness is not None:
+        status, reason = (
+            "error",
+            f"harness: {harness} (not the subject's failure; {reason or 'no criterion failed'})",
+        )
+    record = _record(case, calls, status, reason, criteria, obs, started, secrets)
+    if note is not None:
+        record.advice.append(note)
+    return record, harness
 
 
 def _replacements(obs: Observation) -> int:
@@ -265,7 +334,7 @@ def _advice(obs: Observation) -> list[str]:
 
 def _record(
     case: Case,
-    subject: Subject,
+    calls: SubjectCalls,
     status: str,
     reason: str | None,
     criteria: list[dict[str, Any]],
@@ -273,8 +342,8 @@ def _record(
     started: float,
     secrets: list[str],
 ) -> CaseRecord:
-    record = CaseRecord.for_case(case, subject.spec, status, reason)
-    record.contract = subject.contract.summary()
+    record = CaseRecord.for_case(case, calls.spec, status, reason)
+    record.contract = calls.contract.summary()
     record.observed = json.loads(scrub(json.dumps(obs.to_dict(), default=str), secrets))
     record.criteria = criteria
     record.relaxed = sorted({str(c["policy"]) for c in criteria if c.get("relaxed")})
@@ -296,38 +365,3 @@ def _record(
     record.trajectory = json.loads(scrub(json.dumps(trajectory, default=str), secrets))
     record.cleanup = obs.cleanup
     return record
-
-
-def crashed(
-    case: Case, subject: Subject, target: Target, mark: int, reason: str, seconds: float
-) -> CaseRecord:
-    """The record of a case whose subject took its case process down; the harness cleans up after it.
-
-    Whatever the case created (the ledger since ``mark``) and left alive is killed here, faults it
-    armed are cleared, and the case fails on ``subject-process`` with the reason.
-    """
-    started = time.perf_counter() - seconds
-    target.faults.clear()
-    obs = Observation(subject=case.subject)
-    obs.ledger = target.ledger(since=mark)
-    _create_info(target, obs)
-    _cleanup(target, obs)
-    criteria = [
-        criterion(
-            "subject-process",
-            "the subject's code ran to the end of the case without ending its process",
-            False,
-            "the case process survives the subject",
-            reason,
-        )
-    ]
-    return _record(
-        case,
-        subject,
-        "failed",
-        f"failed criteria: subject-process ({reason})",
-        criteria,
-        obs,
-        started,
-        [target.api_key],
-    )

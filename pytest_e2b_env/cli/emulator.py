@@ -51,6 +51,12 @@ def _parser() -> argparse.ArgumentParser:
         help="exit (killing every sandbox) when the parent process dies; used by Emulator()",
     )
     parser.add_argument(
+        "--control-key-stdin",
+        action="store_true",
+        help="read the control API's key from the first line of stdin (default: the API key guards "
+        "it); used by Emulator(), so code holding the API key cannot reach the control API",
+    )
+    parser.add_argument(
         "--limits",
         default="",
         metavar="JSON",
@@ -74,6 +80,12 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:  # a bad --limits is misuse: one line, exit 2
         print(f"pytest-e2b-env emulator: {exc}", file=sys.stderr)
         return 2
+    control_key = None
+    if args.control_key_stdin:
+        control_key = sys.stdin.readline().strip()
+        if not control_key:
+            print("pytest-e2b-env emulator: --control-key-stdin: no key on stdin", file=sys.stderr)
+            return 2
     try:
         serve_forever(
             args.host,
@@ -81,6 +93,7 @@ def main(argv: list[str]) -> int:
             isolation=None if args.isolation == "auto" else args.isolation,
             die_with_parent=args.die_with_parent,
             limits=limits,
+            control_key=control_key,
         )
     except EmulatorError as exc:
         print(f"pytest-e2b-env emulator: {exc}", file=sys.stderr)

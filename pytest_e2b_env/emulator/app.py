@@ -45,6 +45,7 @@ from pytest_e2b_env.wire.faults import (
 )
 from pytest_e2b_env.wire.ledger import Ledger
 from pytest_e2b_env.wire.recording import (
+    SCOPE_HARNESS,
     SCOPE_INTERNET,
     SCOPE_METADATA,
     SCOPE_SANDBOX,
@@ -104,7 +105,9 @@ class _Target:
 class EmulatorApp:
     """The ASGI application of one emulator."""
 
-    def __init__(self, backend: Backend, api_key: str, limits: Limits | None = None) -> None:
+    def __init__(
+        self, backend: Backend, api_key: str, limits: Limits | None = None, control_key: str | None = None
+    ) -> None:
         self.api_key = api_key
         self.backend = backend
         self.limits = limits if limits is not None else Limits()
@@ -126,7 +129,7 @@ class EmulatorApp:
         # /_emulator/* is answered before the ledger and the faults (the shared control API)
         self._served = ControlEndpoint(
             ledgered,
-            key=api_key,
+            key=control_key or api_key,
             ledger=self.ledger,
             faults=self.faults,
             info={"isolation": backend.level, "reason": backend.reason},
@@ -175,7 +178,9 @@ class EmulatorApp:
         except Exception as exc:  # never a hang: the client gets an answer it can parse
             log.exception("emulator error on %s %s", scope["method"], scope["path"])
             if not started:
-                await send_answer(tracked, error(500, f"internal emulator error: {type(exc).__name__}"))
+                said = f"internal emulator error: {type(exc).__name__}"
+                scope[SCOPE_HARNESS] = said  # the emulator's failure, not the request's: the ledger says so
+                await send_answer(tracked, error(500, said))
 
     # ------------------------------------------------------------------ keys
     def _keys_of(self, sandbox_id: str) -> tuple[str, str] | None:
@@ -207,6 +212,8 @@ class EmulatorApp:
         reply, concerned = await self.control_plane.handle(
             scope["method"], scope["path"], query, body, headers
         )
+        if reply[0] == 500:  # the control plane's only 500: a sandbox the isolation layer could not start
+            scope[SCOPE_HARNESS] = "the emulator could not start a sandbox"
         if concerned is not None:
             scope[SCOPE_SANDBOX] = concerned
             created = self.registry.get(concerned) if reply[0] == 201 else None

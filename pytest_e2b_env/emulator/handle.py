@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import select
 import signal
 import subprocess
@@ -94,7 +95,8 @@ class Emulator:
         self.faults = Faults(self)
         self._proc: subprocess.Popen[bytes] | None = None
         self._owned = True
-        self._control_key: str | None = None  # None: the emulator's API key guards its control API
+        #: the control API's own key (None when attached without one: the API key guards it)
+        self._control_key: str | None = None
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod
@@ -129,13 +131,26 @@ class Emulator:
         cmd += ["--die-with-parent", "--limits", self.limits.to_json()]
         if self.isolation_request:
             cmd += ["--isolation", self.isolation_request]
+        cmd += ["--control-key-stdin"]
         env = emulator_child_env(os.environ, owner_pid=os.getpid())
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the child; closed in stop()
+        # The control API gets a key of its own, never the API key code under test holds. It goes
+        # over a pipe: an environment variable or argument would be readable in /proc by anyone.
+        self._control_key = secrets.token_urlsafe(32)
         self._proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=self._stderr, env=env, close_fds=True
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+            close_fds=True,
         )
         try:
+            assert self._proc.stdin is not None
+            with contextlib.suppress(BrokenPipeError):
+                self._proc.stdin.write(self._control_key.encode() + b"\n")
+                self._proc.stdin.close()
             self._read_announcement()
         except BaseException:
             self.stop()
@@ -226,7 +241,8 @@ class Emulator:
     # ------------------------------------------------------------------ queries
     @property
     def control_key(self) -> str:
-        """The key of the control API (the emulator's API key, or the one given to :meth:`connect`)."""
+        """The key of the control API: its own random key when this process started the emulator,
+        the one given to :meth:`connect`, else (an emulator started by hand) its API key."""
         return self._control_key or self.api_key
 
     def sdk_env(self) -> dict[str, str]:

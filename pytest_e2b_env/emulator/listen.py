@@ -69,11 +69,13 @@ def serve_forever(
     isolation: str | None = None,
     die_with_parent: bool = False,
     limits: Limits | None = None,
+    control_key: str | None = None,
 ) -> None:
     """Bind, announce (stdout), serve until SIGINT/SIGTERM, killing every sandbox on the way out.
 
     The bind comes first and raises :class:`EmulatorError` naming the bad value, before the heavy
-    imports. ``die_with_parent`` ties this process to its starter (``Emulator()``).
+    imports. ``die_with_parent`` ties this process to its starter (``Emulator()``);
+    ``control_key`` guards the control API (default: the API key).
     """
     sock = bind(host, port)
     unprivileged = None
@@ -93,4 +95,4 @@ def serve_forever(
     from pytest_e2b_env.settings import emulator_key
 
     backend = load_backend(isolation, limits, unprivileged)
-    serve(sock, backend, emulator_key() or new_api_key(), limits=limits)
+    serve(sock, backend, emulator_key() or new_api_key(), limits=limits, control_key=control_key)

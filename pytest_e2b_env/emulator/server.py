@@ -70,14 +70,18 @@ def serve(
     out: TextIO = sys.stdout,
     on_ready: Callable[[], None] | None = None,
     limits: Limits | None = None,
+    control_key: str | None = None,
 ) -> None:
-    """Announce on ``out``, then serve until SIGINT/SIGTERM; every sandbox is killed before returning."""
+    """Announce on ``out``, then serve until SIGINT/SIGTERM; every sandbox is killed before returning.
+
+    ``control_key`` guards ``/_emulator/*`` (default: ``api_key``); it is never announced.
+    """
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}"
     limits = limits if limits is not None else Limits()
     max_connections, idle_s = connection_limits(raise_open_files_limit(), limits)
-    app = EmulatorApp(backend, api_key, limits)
+    app = EmulatorApp(backend, api_key, limits, control_key=control_key)
     for line in announce_lines(url, api_key):
         print(line, file=out)
     print(f"# isolation={backend.level}: {backend.reason}", file=out)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import secrets
 import threading
 from collections.abc import Mapping
@@ -215,6 +216,11 @@ class FaultProxy:
     def isolation(self) -> str:
         """What isolates the sandboxes: the upstream E2B's own (VMs), never the proxy."""
         return "e2b"
+
+    @property
+    def pid(self) -> int:
+        """The process serving the proxy: this one (it runs in a thread here)."""
+        return os.getpid()
 
     @property
     def url(self) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from pytest_e2b_env.proxy.routing import envd_target, forward_headers, is_loopback, join_url, sandbox_base_url
+from pytest_e2b_env.wire.recording import SCOPE_HARNESS
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -143,7 +144,8 @@ class Forwarder:
                 response = await self.client.send(request, stream=True)
             except httpx.HTTPError as exc:
                 # The upstream could not be reached at all: answer like an edge would, naming
-                # the upstream so the SDK's error says where to look.
+                # the upstream so the SDK's error says where to look; the ledger marks it ours.
+                scope[SCOPE_HARNESS] = f"the fault proxy could not reach the upstream: {type(exc).__name__}"
                 await _answer_json(
                     send,
                     502,

@@ -89,6 +89,12 @@ class Target:
         return str(self.backend.api_key)
 
     @property
+    def server_pid(self) -> int | None:
+        """The process serving the target (the emulator's child; live, this process's proxy), if known."""
+        pid = getattr(self.backend, "pid", None)
+        return pid if isinstance(pid, int) else None
+
+    @property
     def control_key(self) -> str:
         """The key of the backend's control API, for a case host in another process (a secret)."""
         return str(self.backend.control_key)

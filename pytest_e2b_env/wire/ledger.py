@@ -54,6 +54,9 @@ class Ledger:
     setting the sandbox got, so a reader never has to catch a short-lived sandbox alive to learn it.
     An entry a fault rule answered carries ``"fault"`` (the rule's label); its op is ``"fault"``
     unless the request still created a sandbox (a create whose answer was lost stays a ``create``).
+    An entry the target answered with an error of its own making (an emulator bug, a sandbox it
+    could not start, a proxy that could not reach its upstream) carries ``"harness_error"``: that
+    answer is the harness's failure, never something the code under test did.
     Only the newest ``capacity`` entries are kept; marks stay valid because they are sequence
     numbers, not list indexes.
     """
@@ -76,8 +79,10 @@ class Ledger:
         allow_internet_access: bool | None = None,
         fault: str | None = None,
         metadata_keys: list[str] | None = None,
+        harness_error: str | None = None,
     ) -> dict[str, Any]:
-        """Append one entry and return it; ``fault`` labels the fault rule that answered it."""
+        """Append one entry and return it; ``fault`` labels the fault rule that answered it,
+        ``harness_error`` the target's own failure that answered it."""
         with self._lock:
             entry: dict[str, Any] = {
                 "seq": self._next,
@@ -93,6 +98,8 @@ class Ledger:
                 entry["allow_internet_access"] = allow_internet_access
             if fault is not None:
                 entry["fault"] = fault
+            if harness_error is not None:
+                entry["harness_error"] = harness_error
             if metadata_keys is not None:
                 entry["metadata_keys"] = metadata_keys  # which tags a created sandbox carries (advice)
             self._next += 1

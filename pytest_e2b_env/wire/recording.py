@@ -33,6 +33,9 @@ from pytest_e2b_env.wire.routes import route_of
 SCOPE_SANDBOX = "pytest_e2b_env.sandbox_id"
 SCOPE_INTERNET = "pytest_e2b_env.allow_internet_access"
 SCOPE_METADATA = "pytest_e2b_env.metadata_keys"
+#: scope key an app behind the middleware sets when its answer is its own failure, not the request's
+#: (an emulator bug, a sandbox it could not start, an upstream the proxy could not reach)
+SCOPE_HARNESS = "pytest_e2b_env.harness_error"
 
 # Only these answers are parsed; anything larger is not a create/connect answer.
 _TEE_LIMIT = 64 * 1024
@@ -149,6 +152,8 @@ class RecordingMiddleware:
                 fault=str(fault) if fault else None,
                 allow_internet_access=internet,  # as the emulator: on entries that created a sandbox
                 metadata_keys=keys,
+                # an injected fault is the plan's answer, never the target's own failure
+                harness_error=None if fault else scope.get(SCOPE_HARNESS),
             )
 
         async def recording_send(message: Message) -> None:

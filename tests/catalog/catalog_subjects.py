@@ -151,3 +151,18 @@ def untagged_kill_checked() -> Any:
             await box.kill()
 
     return reward
+
+
+def renewing() -> Any:
+    """A correct reward that renews its sandbox's lifetime once, as a pool does, then scores 1.0."""
+
+    async def reward(completions: list[Any], test_cases: list[Any], **kwargs: Any) -> list[float]:
+        box = await AsyncSandbox.create(timeout=60)
+        try:
+            await box.set_timeout(120)
+            out = await box.commands.run("echo 1")
+            return [float(out.stdout) for _ in completions]
+        finally:
+            await box.kill()
+
+    return reward

@@ -33,9 +33,19 @@ def test_control_endpoint_needs_the_emulator_key(emu: Emulator) -> None:
         Emulator.connect(emu.url, "e2b_wrong")
 
 
+def test_a_started_emulators_control_api_refuses_its_api_key() -> None:
+    """Code holding the SDK's key (code under test) cannot reach the control API of Emulator()."""
+    with Emulator() as emulator:
+        status, _ = _status(f"{emulator.url}/_emulator/faults", {"X-Emulator-Key": emulator.api_key})
+        assert status == 401
+        assert emulator.control_key != emulator.api_key
+        status, _ = _status(f"{emulator.url}/_emulator/faults", {"X-Emulator-Key": emulator.control_key})
+        assert status == 200
+
+
 def test_attach_sees_the_same_sandboxes(emu: Emulator, sbx: Any) -> None:
-    """Emulator.connect(url, key) drives the same emulator; its stop() leaves it running."""
-    attached = Emulator.connect(emu.url, emu.api_key)
+    """Emulator.connect(url, key, control_key) drives the same emulator; its stop() leaves it running."""
+    attached = Emulator.connect(emu.url, emu.api_key, emu.control_key)
     assert attached.isolation == emu.isolation
     assert sbx.sandbox_id in [s["sandbox_id"] for s in attached.sandboxes()]
     attached.stop()

@@ -97,7 +97,7 @@ def test_deeply_nested_json_is_400(small_emu: Emulator) -> None:
     control = httpx.post(
         f"{small_emu.url}/_emulator/faults",
         content=rule,
-        headers={"X-Emulator-Key": small_emu.api_key},
+        headers={"X-Emulator-Key": small_emu.control_key},
         timeout=60,
     )
     assert control.status_code == 400

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pytest_e2b_env.catalog.calls import SubjectCalls
 from pytest_e2b_env.catalog.contract import Subject
 from pytest_e2b_env.catalog.drive_reward import fence
 from pytest_e2b_env.catalog.model import Case, Completion, EpisodeInput, Fault, RewardInput, Step
@@ -191,7 +192,9 @@ class Run:
         )
 
 
-def _run(case: Case, found: list[str], subject: Subject, target: Target, options: dict[str, Any]) -> Run:
+def _run(
+    case: Case, found: list[str], subject: Subject | SubjectCalls, target: Target, options: dict[str, Any]
+) -> Run:
     if options.get("run") is not None:  # the caller's way to run a case (a case host)
         return Run(record=options["run"](case), needles=len(found))
     from pytest_e2b_env.catalog.runner import run_case
@@ -223,7 +226,9 @@ def _no_solution(task: Task, check: str) -> TaskCheck:
     )
 
 
-def _oracle_run(task: Task, subject: Subject, target: Target, options: dict[str, Any], per_case: bool) -> Run:
+def _oracle_run(
+    task: Task, subject: Subject | SubjectCalls, target: Target, options: dict[str, Any], per_case: bool
+) -> Run:
     if isinstance(task, RewardTask):
         case, found = _reward_case(task, "oracle", [str(task.solution)], per_case=per_case)
     else:
@@ -231,7 +236,9 @@ def _oracle_run(task: Task, subject: Subject, target: Target, options: dict[str,
     return _run(case, found, subject, target, options)
 
 
-def _oracle(task: Task, subject: Subject, target: Target, options: dict[str, Any]) -> TaskCheck:
+def _oracle(
+    task: Task, subject: Subject | SubjectCalls, target: Target, options: dict[str, Any]
+) -> TaskCheck:
     result = TaskCheck(task.task_id, task.kind, "oracle", "passed")
     run = _oracle_run(task, subject, target, options, per_case=True)
     scores = run.scores or []
@@ -269,7 +276,11 @@ def _oracle(task: Task, subject: Subject, target: Target, options: dict[str, Any
 
 
 def _floor(
-    task: Task, tasks: Sequence[Task], subject: Subject, target: Target, options: dict[str, Any]
+    task: Task,
+    tasks: Sequence[Task],
+    subject: Subject | SubjectCalls,
+    target: Target,
+    options: dict[str, Any],
 ) -> TaskCheck:
     result = TaskCheck(task.task_id, task.kind, "floor", "passed")
     scored: dict[str, float | None] = {}
@@ -316,7 +327,9 @@ def _floor(
     return result
 
 
-def _repeat(task: Task, subject: Subject, target: Target, options: dict[str, Any]) -> TaskCheck:
+def _repeat(
+    task: Task, subject: Subject | SubjectCalls, target: Target, options: dict[str, Any]
+) -> TaskCheck:
     result = TaskCheck(task.task_id, task.kind, "repeat", "passed")
     repeats = int(options.get("repeats") or DEFAULT_REPEATS)
     scores: list[Any] = []
@@ -344,7 +357,7 @@ def run_check(
     task: Task,
     check: str,
     tasks: Sequence[Task],
-    subject: Subject,
+    subject: Subject | SubjectCalls,
     target: Target,
     *,
     repeats: int = DEFAULT_REPEATS,
