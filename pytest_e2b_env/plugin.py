@@ -181,7 +181,8 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_e2b_env.adapter.redact import ReportGuard
 
     # Every process: reports are redacted before the terminal, --junitxml or xdist's wire see them.
-    config.pluginmanager.register(ReportGuard(config), "e2b_env_redact")
+    runtime = config.stash[runtime_key]
+    config.pluginmanager.register(ReportGuard(runtime.redactor), "e2b_env_redact")
     if not hasattr(config, "workerinput"):
         from pytest_e2b_env.adapter.report import EvidenceReporter
 

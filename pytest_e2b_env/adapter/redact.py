@@ -10,12 +10,11 @@ redactor as the evidence bundle (docs/evidence.md, "Secrets").
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
 
-from pytest_e2b_env.adapter.keys import runtime_key
 from pytest_e2b_env.catalog.record import CaseRecord
 from pytest_e2b_env.evidence.redaction import Redactor
 
@@ -69,11 +68,9 @@ def redact_report(report: pytest.TestReport | pytest.CollectReport, redactor: Re
 class ReportGuard:
     """Plugin object: the last redaction before pytest's reporters, on every process of the run."""
 
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-
-    def _redactor(self) -> Redactor:
-        return self.config.stash[runtime_key].redactor()
+    def __init__(self, redactor: Callable[[], Redactor]) -> None:
+        #: The run's redactor of the moment (its keys grow as targets open).
+        self._redactor = redactor
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

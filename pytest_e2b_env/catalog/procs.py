@@ -15,13 +15,13 @@ and the CPU a process tree used, so a deadline overrun can be told apart from a 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import secrets
 import signal
 import time
 
 from pytest_e2b_env.settings import ENV_HOST_MARKER
+from pytest_e2b_env.standalone import linux as L
 
 #: The environment variable naming a process as this run's subject code (see the module doc).
 MARKER = ENV_HOST_MARKER
@@ -36,17 +36,16 @@ def new_token() -> str:
 RUN_TOKEN = new_token()
 #: Most processes walked or killed at once (a fork bomb is bounded by its sandbox, not here).
 MAX_PROCS = 4096
-_PR_SET_CHILD_SUBREAPER = 36
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def become_subreaper() -> bool:
     """Adopt this process's orphaned descendants (``PR_SET_CHILD_SUBREAPER``); False if refused."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
-    except (OSError, AttributeError):
+        L.prctl(L.PR_SET_CHILD_SUBREAPER, 1)
+    except OSError:
         return False
+    return True
 
 
 def _read(path: str, size: int = 1 << 16) -> bytes | None:
