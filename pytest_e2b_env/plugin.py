@@ -334,6 +334,37 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         runtime.warm_up(cases)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    """With lanes, each catalog item runs when its case is done: its line shows as its verdict is known.
+
+    The project's own tests (and any case no lane runs) go first, in their order, while the lanes
+    work; then the laned cases, in the order they finish. Without lanes pytest's own loop runs.
+    """
+    if not _active(session.config) or session.config.option.collectonly:
+        return None
+    lanes = _runtime(session.config).lanes
+    if lanes is None or (session.testsfailed and not session.config.option.continue_on_collection_errors):
+        return None  # pytest's loop (which stops on collection errors as it always does)
+    laned = {item.nodeid: item for item in session.items if lanes.owns(item.nodeid)}
+    queue = [item for item in session.items if item.nodeid not in laned]
+    waiting = [item.nodeid for item in session.items if item.nodeid in laned]
+    while queue or waiting:
+        if queue:
+            item = queue.pop(0)
+        else:
+            key = lanes.next_done(waiting)
+            waiting.remove(key)
+            item = laned[key]
+        following = queue[0] if queue else laned[waiting[0]] if waiting else None
+        item.config.hook.pytest_runtest_protocol(item=item, nextitem=following)
+        if session.shouldfail:
+            raise session.Failed(session.shouldfail)
+        if session.shouldstop:
+            raise session.Interrupted(session.shouldstop)
+    return True
+
+
 def pytest_runtest_teardown(item: pytest.Item) -> None:
     """After ``-x`` (or any stop) took effect, lanes start no further case."""
     if not _active(item.config):

@@ -211,6 +211,8 @@ class Lanes:
         self._outcomes = {key: _Outcome() for key, _, _ in cases}
         self._started: set[str] = set()
         self._lock = threading.Lock()
+        #: Notified whenever a case is done or a lane ends (:meth:`next_done` waits on it).
+        self._changed = threading.Condition(self._lock)
         self._alive: dict[str, int] = dict.fromkeys(self._queues, 0)
         self._stopping = False
         self._threads: list[threading.Thread] = []
@@ -254,9 +256,25 @@ class Lanes:
             raise outcome.error
         return outcome.record
 
+    def next_done(self, keys: list[str]) -> str:
+        """The first of ``keys`` whose case is done, waiting for one (in ``keys``' order when several are).
+
+        A key no lane will run any more (every lane is gone, or the run stops) counts as done: its
+        item learns that from :meth:`result` and runs the case itself.
+        """
+        with self._changed:
+            while True:
+                for key in keys:
+                    if key not in self._outcomes or self._outcomes[key].done.is_set():
+                        return key
+                if not any(self._alive.values()) or self._stopping:
+                    return next((k for k in keys if k not in self._started), keys[0])
+                self._changed.wait(0.5)
+
     def stop(self) -> None:
         """Start no further case (``-x``, Ctrl-C, a stopped session); running ones finish."""
-        with self._lock:
+        with self._changed:
+            self._changed.notify_all()
             self._stopping = True
             for queue in self._queues.values():
                 queue.clear()
@@ -359,8 +377,11 @@ class Lanes:
                     outcome.error = exc
                 finally:
                     outcome.done.set()
+                    with self._changed:
+                        self._changed.notify_all()
         finally:
-            with self._lock:
+            with self._changed:
+                self._changed.notify_all()
                 self._alive[kind] -= 1
                 mine = release in self._closers
                 if mine:

@@ -132,11 +132,18 @@ class EvidenceReporter:
 
     # -- writing ---------------------------------------------------------------------------
     def family_seconds(self) -> dict[str, float]:
-        """Wall time spent per family (sum of its cases' run time), rounded."""
+        """Time per family: the sum of its cases' own run times, rounded.
+
+        A case's own time is its record's (how long the case ran, wherever it ran); the item's
+        duration only stands in for a case without a record: with lanes an item mostly waits for
+        a case that ran beside others, and the first item waited for them all.
+        """
         out: dict[str, float] = defaultdict(float)
-        for case_id, seconds in self.durations.items():
-            family = self.family_of.get(case_id) or self.records.get(case_id, {}).get("family", "unknown")
-            out[family] += seconds
+        for case_id in sorted(set(self.durations) | set(self.records)):
+            record = self.records.get(case_id) or {}
+            family = self.family_of.get(case_id) or record.get("family", "unknown")
+            own = record.get("seconds")
+            out[family] += float(own) if isinstance(own, int | float) else self.durations.get(case_id, 0.0)
         return {k: round(v, 3) for k, v in sorted(out.items())}
 
     @pytest.hookimpl(trylast=True)
@@ -161,6 +168,9 @@ class EvidenceReporter:
                     else {}
                 )
                 self.records[case_id] = CaseRecord.not_run(case_id, reason, **fields).to_dict()
+        # Items report as their cases finish (lanes); the bundle keeps the catalog's order.
+        place = {case_id: n for n, case_id in enumerate(self.expected)}
+        self.records = dict(sorted(self.records.items(), key=lambda kv: place.get(kv[0], len(place))))
         if not self.info.get("catalog_hash"):
             try:
                 from pytest_e2b_env.catalog.loader import catalog_hash
@@ -258,10 +268,19 @@ class EvidenceReporter:
         for family in sorted(counts):
             parts = ", ".join(f"{n} {status}" for status, n in sorted(counts[family].items()))
             tr.write_line(f"{family:<16} {seconds.get(family, 0.0):7.2f}s  {parts}")
-        tr.write_line(f"{'total':<16} {sum(seconds.values()):7.2f}s  wall {time.time() - self.started:.2f}s")
+        wall, cpu = time.time() - self.started, _cpu_seconds()
+        tr.write_line(f"{'total':<16} {sum(seconds.values()):7.2f}s  wall {wall:.2f}s  CPU {cpu:.2f}s")
         if self.bundle is not None:
             tr.write_line(f"evidence bundle: {self.bundle}")
         if self.settings.summary is not None and self.bundle is not None:
             tr.write_line(f"summary appended to: {self.settings.summary}")
         for problem in self.problems:
             tr.write_line(f"evidence problem: {problem}", red=True)
+
+
+def _cpu_seconds() -> float:
+    """CPU this process and the children it has reaped used so far (user + system): the run's cost."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
