@@ -65,31 +65,13 @@ def test_output_is_bounded(episode: Factory) -> None:
     assert env.get_reward() == 0.0
 
 
-def test_expired_policy_window_commits_zero_and_blocks(episode: Factory, emu: Emulator) -> None:
-    """After limits.policy_seconds, the next call commits 0, releases the sandbox and refuses commands."""
+def test_the_policy_window_runs_on_the_monotonic_clock(episode: Factory) -> None:
+    """By default the window is real time: half a second after reset, commands are refused."""
     env = episode()
-    env.reset(**make_row(policy_seconds=1))
-    time.sleep(1.2)
-    mark = emu.ledger_mark()
+    env.reset(**make_row(policy_seconds=0.5))
+    time.sleep(0.6)
     assert env.terminal("echo hi") == "refused: the policy window expired; the episode scored 0."
-    assert ops(emu, mark, "run") == []
-    assert env.terminal("echo again").startswith("refused:")
-    assert env.submit().startswith("refused:")
     assert env.get_reward() == 0.0
-    assert env.receipt["phase"] == "expired"
-
-
-def test_expired_window_at_submit_scores_zero_without_verifier(episode: Factory, emu: Emulator) -> None:
-    """Submit after the window: 0 committed, no verifier created, even for a repaired program."""
-    env = episode()
-    env.reset(**make_row(policy_seconds=2))
-    for command in load_repair("weekly-sales"):
-        env.terminal(command)
-    time.sleep(2.2)
-    mark = emu.ledger_mark()
-    env.submit()
-    assert env.get_reward() == 0.0
-    assert ops(emu, mark, "create") == []
 
 
 def test_lost_policy_sandbox_raises_at_reward(episode: Factory, emu: Emulator) -> None:
