@@ -51,6 +51,25 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     gc.freeze()
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--fast``: the fast tier."""
+    parser.addoption(
+        "--fast",
+        action="store_true",
+        help="the fast tier: leave out the tests marked full or slow and the catalog's own items",
+    )
+
+
+# The full tier: tests marked `full` (a pytest or validate session in a child process, a catalog
+# sweep, a real deadline or load: seconds each), the `slow` ones (training, benchmarks, wheel
+# installs) and the catalog's own items, which `pytest` without paths runs against the bundled code.
+FULL_TIER = ("full", "slow", "e2b_case", "e2b_task")
+
+
+def _full_tier(item: pytest.Item) -> bool:
+    return any(item.get_closest_marker(name) for name in FULL_TIER)
+
+
 # Scheduling on xdist (scripts/test: three workers, whole files each). A few files hold one test of
 # several minutes (the catch and clean guards, lanes against serial, the training runs). xdist's
 # stock order hands out the files with the most tests first, so those one-test files came last
@@ -64,7 +83,12 @@ def _file_of(item: pytest.Item) -> str:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On an xdist worker, files with a slow test come first (each file stays whole, in order)."""
+    """``--fast`` leaves out the full tier; on an xdist worker files with a slow test come first."""
+    if config.getoption("fast"):
+        dropped = [item for item in items if _full_tier(item)]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [item for item in items if not _full_tier(item)]
     if not hasattr(config, "workerinput"):
         return
     slow = {_file_of(item) for item in items if item.get_closest_marker("slow")}

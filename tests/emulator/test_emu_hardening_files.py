@@ -131,6 +131,7 @@ def _dead_pid() -> int:
     return pid
 
 
+@pytest.mark.full
 def test_stale_sweep_removes_trees_deeper_than_the_recursion_limit(tmp_path: Path) -> None:
     """The start-up sweep removes a dead emulator's 1,100- and 3,000-level trees and never raises."""
     from pytest_e2b_env.emulator.isolation import _sweep_stale

@@ -36,6 +36,7 @@ def test_command_deadline_kills_and_episode_goes_on(episode: Factory) -> None:
     assert env.get_reward() == 1.0
 
 
+@pytest.mark.full
 def test_command_deadline_kills_background_children(episode: Factory) -> None:
     """Children in the command's process group die with it at the deadline."""
     env = episode()

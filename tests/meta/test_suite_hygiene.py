@@ -1,4 +1,4 @@
-"""The suite's own hygiene (tests/conftest.py): a test starts clean of the garbage of the one before."""
+"""The suite's own hygiene (tests/conftest.py): clean garbage between tests, the order on xdist, the tiers."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ def test_finds_it_freed():
 """
 
 
+@pytest.mark.full
 def test_a_test_starts_clean_of_the_garbage_of_the_one_before(pytester: pytest.Pytester) -> None:
     """Old cyclic garbage of one test is freed before the next, so its finalizer (a logged
     traceback, whose ``ast.parse`` breaks a parse under way on CPython 3.11) cannot run there."""
@@ -43,6 +44,7 @@ def test_a_test_starts_clean_of_the_garbage_of_the_one_before(pytester: pytest.P
     result.assert_outcomes(passed=2)
 
 
+@pytest.mark.full
 def test_on_xdist_slow_files_run_first_and_nothing_waits_behind_a_long_test(
     pytester: pytest.Pytester,
 ) -> None:
@@ -62,6 +64,38 @@ def test_on_xdist_slow_files_run_first_and_nothing_waits_behind_a_long_test(
     result.assert_outcomes(passed=6)
     ran = [line.split("::")[1].split()[0] for line in result.outlines if " PASSED " in line and "::" in line]
     assert ran == ["test_z1", "test_a1", "test_a2", "test_b1", "test_b2", "test_b3"], ran
+
+
+@pytest.mark.full
+def test_fast_leaves_out_the_full_tier(pytester: pytest.Pytester) -> None:
+    """--fast runs neither the tests marked full or slow nor the catalog's own items; the rest run."""
+    pytester.makeconftest(CONFTEST.read_text(encoding="utf-8"))
+    pytester.makeini("[pytest]\nmarkers =\n    slow: long\n    full: seconds\n    e2b_case(id): a case")
+    pytester.makepyfile(
+        test_tiers="""
+import pytest
+
+def test_quick():
+    pass
+
+@pytest.mark.full
+def test_full():
+    pass
+
+@pytest.mark.slow
+def test_slow():
+    pass
+
+@pytest.mark.e2b_case("good-1")
+def test_case():
+    pass
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "no:e2b_env", "-p", "no:cacheprovider", "--fast", "-v")
+    result.assert_outcomes(passed=1, deselected=3)
+    result.stdout.fnmatch_lines(["*::test_quick PASSED*"])
+    result = pytester.runpytest_subprocess("-p", "no:e2b_env", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=4)
 
 
 def test_a_thread_drawing_from_random_fails_no_property_test() -> None:
