@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 
 import pytest
-from episode_helpers import make_row, ops
+from episode_helpers import make_row, ops, policy_id
 
 from pytest_e2b_env.emulator import Emulator
 from pytest_e2b_env.episode.client import ReportEpisode
@@ -16,11 +16,6 @@ from pytest_e2b_env.settings import TargetSettings
 
 Factory = Callable[[], ReportEpisode]
 VERIFY_COMMAND = "python3 -B report.py"
-
-
-def policy_id(env: ReportEpisode) -> str:
-    """The id of the episode's policy sandbox, from the receipt."""
-    return next(s["sandbox_id"] for s in env.receipt["sandboxes"] if s["role"] == "policy")
 
 
 def test_command_deadline_kills_and_episode_goes_on(episode: Factory) -> None:

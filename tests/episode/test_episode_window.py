@@ -10,7 +10,7 @@ import functools
 from collections.abc import Callable, Iterator
 
 import pytest
-from episode_helpers import make_row, ops
+from episode_helpers import make_row, ops, policy_id
 
 from pytest_e2b_env.emulator import Emulator
 from pytest_e2b_env.episode.client import ReportEpisode
@@ -76,7 +76,7 @@ def test_expired_policy_window_commits_zero_and_blocks(
     """After limits.policy_seconds, the next call commits 0, releases the sandbox and refuses commands."""
     env = episode()
     env.reset(**make_row(policy_seconds=60))
-    policy = next(s["sandbox_id"] for s in env.receipt["sandboxes"] if s["role"] == "policy")
+    policy = policy_id(env)
     clock.advance(60)
     mark = emu.ledger_mark()
     assert env.terminal("echo hi") == EXPIRED
