@@ -55,7 +55,7 @@ def _scheduling(workers: str) -> list[str]:
     return args
 
 
-FILES = {  # xdist alone runs the files with the most tests first: b, a, then y and z
+FILES = {  # xdist alone would run the files with the most tests first: b, then z and a, then y
     "test_a": "def test_a1():\n    pass\n\ndef test_a2():\n    pass\n",
     "test_b": "def test_b1():\n    pass\n\ndef test_b2():\n    pass\n\ndef test_b3():\n    pass\n",
     "test_y": "import pytest\n\n@pytest.mark.full\ndef test_y1():\n    pass\n",
