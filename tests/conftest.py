@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import os
 from collections.abc import Iterator
-from typing import Any
 
 # pytester's in-process runs drop every module first imported inside them. If httpcore is first
 # imported there, a later copy of it no longer matches the exception map httpx built from the first
@@ -51,46 +50,50 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     gc.freeze()
 
 
-# Scheduling on xdist (scripts/test: three workers, whole files each). A few files hold one test of
-# several minutes (the catch and clean guards, lanes against serial, the training runs). xdist's
-# stock order hands out the files with the most tests first, so those one-test files came last
-# and one worker finished minutes after the other; and its rule queues a worker's next file while
-# its second-to-last test runs, so a whole file could wait behind the catch guard. Here slow files
-# go first (longest first, in effect) and a worker is given its next file only when its last test
-# is all it has left (the worker needs that one queued item to know its next test).
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--fast``: the fast tier."""
+    parser.addoption(
+        "--fast",
+        action="store_true",
+        help="the fast tier: leave out the tests marked full or slow and the catalog's own items",
+    )
+
+
+# The full tier: tests marked `full` (a pytest or validate session in a child process, a catalog
+# sweep, a real deadline or load: seconds each), the `slow` ones (training, benchmarks, wheel
+# installs) and the catalog's own items, which `pytest` without paths runs against the bundled code.
+FULL_TIER = ("full", "slow", "e2b_case", "e2b_task")
+
+
+def _tier_rank(item: pytest.Item) -> int:
+    """0: a slow test, 1: another test of the full tier, 2: a test of the fast tier."""
+    if item.get_closest_marker("slow"):
+        return 0
+    return 1 if any(item.get_closest_marker(name) for name in FULL_TIER) else 2
+
+
 def _file_of(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
 
 
+# Scheduling on xdist (scripts/test: three workers, `--dist loadfile --no-loadscope-reorder`, so
+# files are handed out whole, in collection order). xdist's own order, the files with the most
+# tests first, left the one-test guards of several minutes (the catch and clean tables, lanes
+# against serial, the training runs) to the end, and one worker finished minutes after the others.
+# Here the files with the longest tests come first: those with a slow test, then those with another
+# test of the full tier, then the rest, each file whole and in its own order.
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On an xdist worker, files with a slow test come first (each file stays whole, in order)."""
+    """``--fast`` leaves out the full tier; on an xdist worker the files with the longest tests come first."""
+    if config.getoption("fast"):
+        dropped = [item for item in items if _tier_rank(item) < 2]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [item for item in items if _tier_rank(item) == 2]
     if not hasattr(config, "workerinput"):
         return
-    slow = {_file_of(item) for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: _file_of(item) not in slow)  # stable: files and tests keep their order
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``--dist loadfile`` that queues a worker's next file only behind its last test."""
-    if config.getvalue("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling
-
-    # xdist otherwise hands out the files with the most tests first, which put every one-test
-    # guard of several minutes last: the collection order (slow files first) is the schedule.
-    config.option.loadscopereorder = False
-
-    class OneFileAhead(LoadFileScheduling):  # type: ignore[misc]
-        def _reschedule(self, node: Any) -> None:
-            if node.shutting_down:
-                return
-            if not self.workqueue:
-                node.shutdown()
-                return
-            if self._pending_of(self.assigned_work[node]) > 1:
-                return
-            self._assign_work_unit(node)
-
-    return OneFileAhead(config, log)
+    rank: dict[str, int] = {}
+    for item in items:
+        file = _file_of(item)
+        rank[file] = min(rank.get(file, 2), _tier_rank(item))
+    items.sort(key=lambda item: rank[_file_of(item)])  # stable: files and tests keep their order

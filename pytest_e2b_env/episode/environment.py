@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any, Literal
 
 import anyio.to_thread
@@ -83,13 +84,17 @@ class RepairEnvironment(Submission, MCPEnvironment):
     """A repair episode: a policy sandbox reached through ``terminal``, a fresh verifier on submit.
 
     Subclasses may override the ``_verifier_*`` / ``_export`` hooks (the defective sample subjects
-    under ``fixtures/subjects`` do exactly that, one bug each).
+    under ``fixtures/subjects`` do exactly that, one bug each). ``clock`` (seconds, monotonic)
+    measures each episode's policy window.
     """
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
-    def __init__(self, target: TargetSettings | None = None) -> None:
+    def __init__(
+        self, target: TargetSettings | None = None, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._target = target or TargetSettings.from_env()
+        self._clock = clock
         self._lock = threading.Lock()
         self._ep: Episode | None = None
         self._state = EpisodeState(episode_id=None)
@@ -134,7 +139,7 @@ class RepairEnvironment(Submission, MCPEnvironment):
                 parsed = parse_task(task)
             except ConfigError as exc:
                 return EpisodeObservation(status="config_error", message=str(exc), done=True)
-            ep = Episode(task=parsed, tag=uuid.uuid4().hex[:16])
+            ep = Episode(task=parsed, tag=uuid.uuid4().hex[:16], clock=self._clock)
             self._ep = ep
             try:
                 self._start_policy(ep)
@@ -200,7 +205,7 @@ class RepairEnvironment(Submission, MCPEnvironment):
         t0 = time.monotonic()
         sbx.files.write_files([{"path": ep.task.path(n), "data": d} for n, d in ep.task.files.items()])
         ep.timing("install", t0)
-        ep.window_ends = time.monotonic() + limits.policy_seconds
+        ep.open_window(limits.policy_seconds)
         ep.phase = "active"
 
     def _terminal(self, command: str) -> str:

@@ -6,6 +6,7 @@ No SDK and no openenv here, so the records can be tested (and read by evidence c
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,7 +64,10 @@ class Fatal:
 
 @dataclass
 class Episode:
-    """State of one episode between reset and the reward boundary."""
+    """State of one episode between reset and the reward boundary.
+
+    ``clock`` (seconds, monotonic) measures the policy window; the environment passes its own.
+    """
 
     task: RepairTask
     tag: str
@@ -79,6 +83,7 @@ class Episode:
     fatal: Fatal | None = None
     notes: list[str] = field(default_factory=list)
     swept: bool = False  # released and swept at the reward boundary
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False)
 
     def own(self, sandbox_id: str, role: str) -> None:
         """Record a sandbox the moment its id is known, before anything else can fail."""
@@ -93,9 +98,13 @@ class Episode:
         """Append the seconds since ``started`` (monotonic) to the named operation."""
         self.timings.setdefault(name, []).append(round(time.monotonic() - started, 4))
 
+    def open_window(self, seconds: float) -> None:
+        """Start the policy window: it ends ``seconds`` from now."""
+        self.window_ends = self.clock() + seconds
+
     def window_left(self) -> float:
         """Seconds left in the policy window."""
-        return self.window_ends - time.monotonic()
+        return self.window_ends - self.clock()
 
     def commit(self, reward: float, phase: str) -> None:
         """Commit the score; the caller has confirmed every sandbox that produced it gone."""

@@ -103,6 +103,7 @@ def test_verification_info_column_and_trl_keywords(target: Target) -> None:
     assert result.status == "passed", result.failure_message()
 
 
+@pytest.mark.full
 def test_command_deadline_overrun_fails_with_both_numbers(target: Target) -> None:
     """A subject ignoring the command limit fails deadline_kept, naming the limit and the time taken."""
     case = _case(
@@ -230,6 +231,7 @@ def _cancel_case(faults: list[dict[str, Any]]) -> Any:
     return parse_cases_from_dicts([raw], str(default_cases_dir() / "lifecycle.toml"))[0]
 
 
+@pytest.mark.full
 def test_a_create_in_flight_at_cancellation_is_no_kept_sandbox(target: Target) -> None:
     """A stateless reward cancelled while a create is in flight keeps nothing: the pool case does not apply.
 
@@ -245,6 +247,7 @@ def test_a_create_in_flight_at_cancellation_is_no_kept_sandbox(target: Target) -
     assert target.alive_ids() == set()
 
 
+@pytest.mark.full
 def test_a_kill_in_flight_at_cancellation_is_no_kept_sandbox(target: Target) -> None:
     """A stateless reward whose cancelled tasks are still killing their sandboxes keeps nothing.
 
@@ -260,6 +263,7 @@ def test_a_kill_in_flight_at_cancellation_is_no_kept_sandbox(target: Target) -> 
     assert target.alive_ids() == set()
 
 
+@pytest.mark.full
 def test_a_create_the_cancellation_cut_off_is_the_harness_to_remove(target: Target) -> None:
     """A pool cancelled while creating a worker passes; the sandbox that create made is swept.
 
@@ -305,6 +309,7 @@ def test_an_unused_create_answered_during_the_cancelled_call_is_cut_off() -> Non
     assert _cut_off(plain) == set()
 
 
+@pytest.mark.full
 @pytest.mark.parametrize("delay", [0.2, 0.6, 1.5])
 def test_a_pool_cancelled_near_a_create_answer_passes_whatever_the_timing(
     target: Target, delay: float

@@ -13,6 +13,8 @@ from pytest_e2b_env.catalog.runner import run_case
 from pytest_e2b_env.episode.client import MaskingReportEpisode, ReportEpisode
 from pytest_e2b_env.targets import Target
 
+pytestmark = pytest.mark.full
+
 CASES = {case.id: case for case in load_cases([default_cases_dir()])}
 
 #: Case id -> what the reference returns under (raise, mask); "raises" means the scoring call raised.

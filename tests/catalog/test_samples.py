@@ -47,6 +47,7 @@ def test_every_defective_sample_is_caught_by_its_family() -> None:
     assert not missed, "\n".join(missed)
 
 
+@pytest.mark.full
 def test_a_false_failure_says_what_was_expected_and_seen_and_keeps_its_bundle(tmp_path: Path) -> None:
     """A baseline run without the relaxation it needs: the reason names the criterion's values."""
     (sync,) = [s for s in BASELINES if s.spec.startswith("baseline_reward_sync:")]

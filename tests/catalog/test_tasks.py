@@ -108,6 +108,7 @@ def test_short_or_sent_outputs_are_not_proof_of_a_leak() -> None:
 # -- reward tasks ---------------------------------------------------------------------------
 
 
+@pytest.mark.full
 def test_a_bundled_reward_task_passes_every_check(reward: Subject, target: Target) -> None:
     """Oracle at 1.0 on every case, the best shortcut below it, the same score each run."""
     results = {name: check(reward, target, f"{BUNDLED}:reward_tasks", name) for name in CHECKS}
@@ -138,6 +139,7 @@ def test_every_bundled_reward_task_passes(reward: Subject, target: Target) -> No
     assert failed == []
 
 
+@pytest.mark.full
 def test_a_wrong_expected_output_fails_the_oracle(reward: Subject, target: Target) -> None:
     """The reference does not produce case 1's expected output; the floor and repeat still pass."""
     source = str(BROKEN / "broken_wrong_expected.jsonl")
@@ -149,6 +151,7 @@ def test_a_wrong_expected_output_fails_the_oracle(reward: Subject, target: Targe
     assert check(reward, target, source, "floor").status == "passed"
 
 
+@pytest.mark.full
 def test_a_task_echo_passes_fails_the_floor_naming_the_program(reward: Subject, target: Target) -> None:
     source = str(BROKEN / "broken_echo_passes.jsonl")
     floor = check(reward, target, source, "floor")
@@ -159,6 +162,7 @@ def test_a_task_echo_passes_fails_the_floor_naming_the_program(reward: Subject, 
     assert check(reward, target, source, "oracle").status == "passed"
 
 
+@pytest.mark.full
 def test_a_flaky_task_fails_repeat_with_the_scores(reward: Subject, target: Target) -> None:
     """Expected values drawn at random: six runs of 32 coin flips agree only with p ~ 2e-5."""
     result = check(reward, target, str(BROKEN / "broken_flaky.json"), "repeat", repeats=6)
@@ -170,6 +174,7 @@ def test_a_flaky_task_fails_repeat_with_the_scores(reward: Subject, target: Targ
     assert ", ".join(str(s) for s in scores) in str(result.reason)
 
 
+@pytest.mark.full
 def test_expected_outputs_entering_a_sandbox_fail_the_check(
     target: Target, samples_on_path: None, reward: Subject
 ) -> None:
@@ -198,6 +203,7 @@ def test_a_task_without_solution_is_skipped_by_oracle_and_repeat(
 # -- episode tasks --------------------------------------------------------------------------
 
 
+@pytest.mark.full
 def test_a_bundled_repair_task_passes_every_check(episode: Subject, target: Target) -> None:
     tasks = load_tasks(f"{BUNDLED}:episode_tasks", "episode")
     task = next(t for t in tasks if t.task_id == "weekly-sales")
@@ -221,6 +227,7 @@ def test_a_repair_task_whose_expected_is_wrong_fails_the_oracle(
     assert "the repair scores 0.0, not 1.0" in str(result.reason)
 
 
+@pytest.mark.full
 def test_a_repair_task_the_unchanged_artifact_passes_fails_the_floor(
     episode: Subject, target: Target, tmp_path: Path
 ) -> None:
@@ -246,6 +253,7 @@ def test_every_bundled_repair_task_passes(episode: Subject, target: Target) -> N
     assert failed == []
 
 
+@pytest.mark.full
 def test_an_episode_sending_the_expected_value_fails_the_check(target: Target) -> None:
     """A verifier that gets the expected value as a file is caught; the same code without it is not."""
     from catalog_subjects import TinyEpisode

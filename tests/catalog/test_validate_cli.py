@@ -48,6 +48,7 @@ def test_exit_codes_cover_every_pytest_status() -> None:
     }
 
 
+@pytest.mark.full
 def test_validate_runs_the_projects_catalog_only(pytester: pytest.Pytester) -> None:
     """The project's ini (pythonpath, subject, cases) is read, its own tests are not run, names are clean."""
     write_project(pytester)
@@ -69,6 +70,7 @@ def test_validate_runs_the_projects_catalog_only(pytester: pytest.Pytester) -> N
     assert (pytester.path / "summary.md").read_text().startswith("## ✅ pytest-e2b-env: PASSED")
 
 
+@pytest.mark.full
 def test_validate_on_xdist_workers_runs_the_controllers_subject(pytester: pytest.Pytester) -> None:
     """-n 2: the workers run the subject validate chose and skip the project's test files too."""
     write_project(pytester)
@@ -84,6 +86,7 @@ def test_validate_on_xdist_workers_runs_the_controllers_subject(pytester: pytest
     }
 
 
+@pytest.mark.full
 def test_validate_named_subject_runs_alone(pytester: pytest.Pytester) -> None:
     """--reward-subject replaces the configured one; a failing case exits 1."""
     write_project(pytester)
@@ -94,6 +97,7 @@ def test_validate_named_subject_runs_alone(pytester: pytest.Pytester) -> None:
     assert manifest["subjects"] == {"reward": "tinyreward:constant_reward", "episode": None}
 
 
+@pytest.mark.full
 def test_validate_usage_errors_exit_2(pytester: pytest.Pytester) -> None:
     """A bad flag, a kind with no subject, a -k matching nothing: exit 2 with the reason."""
     write_project(pytester)
@@ -109,6 +113,7 @@ def test_validate_usage_errors_exit_2(pytester: pytest.Pytester) -> None:
     assert nothing.ret == 2
 
 
+@pytest.mark.full
 def test_validate_internal_error_exits_3(pytester: pytest.Pytester) -> None:
     """A crash inside the pytest run (here a project hook raising) is exit 3, not a case failure."""
     write_project(pytester)

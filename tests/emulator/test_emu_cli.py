@@ -80,6 +80,7 @@ def test_cli_prints_three_sourceable_lines_first(served: _Served) -> None:
     assert sbx.commands.run("echo via-cli").stdout == "via-cli\n"
 
 
+@pytest.mark.full
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_exits_zero_and_kills_every_sandbox(served: _Served, sig: int) -> None:
     """SIGTERM/SIGINT: exit 0, and no process of any sandbox is left on the host."""
@@ -114,6 +115,7 @@ def test_bad_port_is_a_one_line_error(port: str) -> None:
     assert "port" in done.stderr
 
 
+@pytest.mark.full
 def test_exception_in_owner_leaves_nothing() -> None:
     """An exception inside `with Emulator()` still kills every sandbox process."""
     marker = _marker()
@@ -129,6 +131,7 @@ def test_exception_in_owner_leaves_nothing() -> None:
     eventually(lambda: host_pids_with(marker) == [], what="no sandbox process left")
 
 
+@pytest.mark.full
 def test_sigkill_of_the_owner_takes_the_emulator_and_sandboxes_down() -> None:
     """SIGKILL of the process that owns an Emulator: the emulator exits and kills every sandbox."""
     marker = _marker()
@@ -165,6 +168,7 @@ def _zombie(pid: int) -> bool:
         return True
 
 
+@pytest.mark.full
 @pytest.mark.namespaces
 def test_sigkill_of_the_emulator_leaves_no_sandbox_process(served: _Served) -> None:
     """SIGKILL of the emulator itself: its sandbox inits die with it, setsid daemons included."""

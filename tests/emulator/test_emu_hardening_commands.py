@@ -19,6 +19,7 @@ def rss_kib(pid: int | None) -> int:
     return next(int(line.split()[1]) for line in text.splitlines() if line.startswith("VmRSS:"))
 
 
+@pytest.mark.full
 def test_stdin_to_a_command_that_never_reads_does_not_stall_other_sandboxes(
     small_emu: Emulator, small_sbx: Any
 ) -> None:
@@ -57,6 +58,7 @@ def test_stdin_is_delivered_in_full_to_a_slow_reader(small_sbx: Any) -> None:
     assert handle.wait().stdout.strip() == "300000"
 
 
+@pytest.mark.full
 def test_output_nobody_reads_is_bounded(small_emu: Emulator, small_sbx: Any) -> None:
     """96 MiB of unread background output holds the command back, not the emulator's memory."""
     before = rss_kib(small_emu.pid)

@@ -125,6 +125,7 @@ def _mkdeep(root: Path, levels: int) -> None:
         os.close(fd)
 
 
+@pytest.mark.full
 def test_stale_sweep_removes_trees_deeper_than_the_recursion_limit(tmp_path: Path) -> None:
     """The start-up sweep removes a dead emulator's 1,100- and 3,000-level trees and never raises."""
     from pytest_e2b_env.emulator.isolation.owners import Owner, sweep

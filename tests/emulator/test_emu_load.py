@@ -122,6 +122,7 @@ def test_half_sent_request_does_not_hold_a_connection(impatient_emu: Emulator) -
         assert closed
 
 
+@pytest.mark.full
 def test_connection_with_a_request_in_flight_is_kept(impatient_emu: Emulator) -> None:
     """A command streaming longer than the idle limit is not cut: only idle connections are closed."""
     from e2b import Sandbox

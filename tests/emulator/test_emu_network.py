@@ -130,6 +130,7 @@ def test_internet_sandbox_has_a_way_out(online: Any) -> None:
     assert defaults[0][0] + ":" in links
 
 
+@pytest.mark.full
 def test_network_helpers_end_with_their_sandbox_and_with_the_emulator(needs_namespaces: None) -> None:
     """slirp4netns of a killed sandbox exits at once; the others exit when the emulator is SIGKILLed."""
     from e2b import Sandbox

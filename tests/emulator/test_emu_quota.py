@@ -45,6 +45,7 @@ def _host_files_over(root: Path, size: int) -> list[Path]:
     return big
 
 
+@pytest.mark.full
 def test_writes_past_the_disk_quota_fail_and_never_reach_the_host_disk(
     small: Emulator, sandbox: object
 ) -> None:
@@ -141,6 +142,7 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime)
 """
 
 
+@pytest.mark.full
 def test_a_sandbox_full_of_busy_processes_takes_a_share_not_the_host(small: Emulator) -> None:
     """12 busy processes in one sandbox and 1 in another: the lone one gets about as much CPU as all 12.
 

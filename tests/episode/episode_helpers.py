@@ -1,4 +1,4 @@
-"""Helpers shared by the episode tests (rows, file-writing commands, ledger filters)."""
+"""Helpers shared by the episode tests (rows, file-writing commands, ledger filters, receipts)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from pytest_e2b_env.emulator import Emulator
+from pytest_e2b_env.episode.client import ReportEpisode
 from pytest_e2b_env.episode.task import load_task
 
 
@@ -25,3 +26,8 @@ def write_file(path: str, text: str) -> str:
 def ops(emu: Emulator, mark: int, op: str) -> list[dict[str, Any]]:
     """Ledger entries of one operation kind since ``mark``."""
     return [e for e in emu.ledger(since=mark) if e["op"] == op]
+
+
+def policy_id(env: ReportEpisode) -> str:
+    """The id of the episode's policy sandbox, from the receipt."""
+    return next(s["sandbox_id"] for s in env.receipt["sandboxes"] if s["role"] == "policy")

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 
 import pytest
-from episode_helpers import make_row, ops
+from episode_helpers import make_row, ops, policy_id
 
 from pytest_e2b_env.emulator import Emulator
 from pytest_e2b_env.episode.client import ReportEpisode
@@ -16,11 +16,6 @@ from pytest_e2b_env.settings import TargetSettings
 
 Factory = Callable[[], ReportEpisode]
 VERIFY_COMMAND = "python3 -B report.py"
-
-
-def policy_id(env: ReportEpisode) -> str:
-    """The id of the episode's policy sandbox, from the receipt."""
-    return next(s["sandbox_id"] for s in env.receipt["sandboxes"] if s["role"] == "policy")
 
 
 def test_command_deadline_kills_and_episode_goes_on(episode: Factory) -> None:
@@ -36,6 +31,7 @@ def test_command_deadline_kills_and_episode_goes_on(episode: Factory) -> None:
     assert env.get_reward() == 1.0
 
 
+@pytest.mark.full
 def test_command_deadline_kills_background_children(episode: Factory) -> None:
     """Children in the command's process group die with it at the deadline."""
     env = episode()
@@ -65,31 +61,13 @@ def test_output_is_bounded(episode: Factory) -> None:
     assert env.get_reward() == 0.0
 
 
-def test_expired_policy_window_commits_zero_and_blocks(episode: Factory, emu: Emulator) -> None:
-    """After limits.policy_seconds, the next call commits 0, releases the sandbox and refuses commands."""
+def test_the_policy_window_runs_on_the_monotonic_clock(episode: Factory) -> None:
+    """By default the window is real time: half a second after reset, commands are refused."""
     env = episode()
-    env.reset(**make_row(policy_seconds=1))
-    time.sleep(1.2)
-    mark = emu.ledger_mark()
+    env.reset(**make_row(policy_seconds=0.5))
+    time.sleep(0.6)
     assert env.terminal("echo hi") == "refused: the policy window expired; the episode scored 0."
-    assert ops(emu, mark, "run") == []
-    assert env.terminal("echo again").startswith("refused:")
-    assert env.submit().startswith("refused:")
     assert env.get_reward() == 0.0
-    assert env.receipt["phase"] == "expired"
-
-
-def test_expired_window_at_submit_scores_zero_without_verifier(episode: Factory, emu: Emulator) -> None:
-    """Submit after the window: 0 committed, no verifier created, even for a repaired program."""
-    env = episode()
-    env.reset(**make_row(policy_seconds=2))
-    for command in load_repair("weekly-sales"):
-        env.terminal(command)
-    time.sleep(2.2)
-    mark = emu.ledger_mark()
-    env.submit()
-    assert env.get_reward() == 0.0
-    assert ops(emu, mark, "create") == []
 
 
 def test_lost_policy_sandbox_raises_at_reward(episode: Factory, emu: Emulator) -> None:

@@ -30,6 +30,7 @@ def test_model_tools_are_exactly_terminal_and_submit() -> None:
     assert sorted(found) == ["get_reward", "reset", "submit", "terminal"]
 
 
+@pytest.mark.full
 def test_tool_schemas_build_with_transformers() -> None:
     """The tools carry type hints and Args: docstrings, so transformers builds their JSON schema."""
     from transformers.utils import get_json_schema

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-from episode_helpers import make_row
+from episode_helpers import make_row, policy_id
 
 from pytest_e2b_env.emulator import Emulator
 from pytest_e2b_env.episode.client import UNAVAILABLE, MaskingReportEpisode, ReportEpisode
@@ -32,16 +32,12 @@ def masking(server: LoopbackServer) -> Iterator[Masking]:
         env._close()
 
 
-def _policy(env: ReportEpisode) -> str:
-    return next(s["sandbox_id"] for s in env.receipt["sandboxes"] if s["role"] == "policy")
-
-
 def test_lost_policy_is_none_after_cleanup(masking: Masking, emu: Emulator) -> None:
     """Policy sandbox lost: the tool raises (TRL shows it), get_reward is None once nothing is owned."""
     cls, make = masking
     env = make()
     env.reset(**make_row())
-    policy = _policy(env)
+    policy = policy_id(env)
     emu.faults.add(route=START, answer={"lose_sandbox": True}, sandbox=policy)
     with pytest.raises(InfrastructureError):
         env.terminal("ls")
@@ -96,7 +92,7 @@ def test_over_the_budget_raises(masking: Masking, emu: Emulator) -> None:
     for attempt in (1, 2):
         env = make()
         env.reset(**make_row())
-        emu.faults.add(route=START, answer={"lose_sandbox": True}, sandbox=_policy(env))
+        emu.faults.add(route=START, answer={"lose_sandbox": True}, sandbox=policy_id(env))
         with pytest.raises(InfrastructureError):
             env.terminal("ls")
         if attempt == 1:

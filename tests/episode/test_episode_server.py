@@ -49,6 +49,7 @@ def test_stateless_http_reset_leaves_nothing(
     assert [s for s in emu.sandboxes() if (s.get("metadata") or {}).get(RUN_KEY) == target.run_id] == []
 
 
+@pytest.mark.full
 def test_zero_argument_episode_follows_the_current_sdk_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     """ReportEpisode() after the SDK is pointed at a new emulator uses a server talking to that one."""
     from pytest_e2b_env.episode.task import task_row

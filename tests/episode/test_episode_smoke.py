@@ -10,6 +10,7 @@ from pytest_e2b_env.episode.smoke import episode_smoke
 from pytest_e2b_env.errors import ConfigError
 
 
+@pytest.mark.full
 def test_offline_smoke_receipt() -> None:
     """Offline: its own emulator and server; rewards [0.0, 1.0], ids, timings, confirmed cleanup."""
     receipt = episode_smoke(live=False)

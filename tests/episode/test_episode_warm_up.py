@@ -6,6 +6,10 @@ import json
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.full
+
 SCRIPT = r"""
 import json, os, sys, time
 from pytest_e2b_env.emulator import Emulator

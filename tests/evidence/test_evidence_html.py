@@ -94,6 +94,7 @@ def _section(dom: str, element_id: str) -> str:
     return _read(match.group(2)).text
 
 
+@pytest.mark.full
 def test_reviewer_sees_verdict_families_cases_rewards_cleanup(make_bundle, chromium, tmp_path):
     """The rendered page shows verdict, families, expectation vs observation per case, rewards, cleanup."""
     bundle = make_bundle(expected=[*IDS, "reward-auth-401"])

@@ -1,12 +1,14 @@
-"""The suite's own hygiene (tests/conftest.py): a test starts clean of the garbage of the one before."""
+"""The suite's own hygiene (tests/conftest.py): clean garbage between tests, the order on xdist, the tiers."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pytest
 
 CONFTEST = Path(__file__).resolve().parents[1] / "conftest.py"
+SCRIPTS_TEST = Path(__file__).resolve().parents[2] / "scripts" / "test"
 
 TWO_TESTS = """
 import gc
@@ -34,6 +36,7 @@ def test_finds_it_freed():
 """
 
 
+@pytest.mark.full
 def test_a_test_starts_clean_of_the_garbage_of_the_one_before(pytester: pytest.Pytester) -> None:
     """Old cyclic garbage of one test is freed before the next, so its finalizer (a logged
     traceback, whose ``ast.parse`` breaks a parse under way on CPython 3.11) cannot run there."""
@@ -43,25 +46,75 @@ def test_a_test_starts_clean_of_the_garbage_of_the_one_before(pytester: pytest.P
     result.assert_outcomes(passed=2)
 
 
-def test_on_xdist_slow_files_run_first_and_nothing_waits_behind_a_long_test(
-    pytester: pytest.Pytester,
-) -> None:
-    """Files with a slow test are handed out first; each file still runs whole and in order.
+def _scheduling(workers: str) -> list[str]:
+    """The xdist arguments of scripts/test's pytest command, with ``workers`` workers."""
+    line = next(line for line in SCRIPTS_TEST.read_text().splitlines() if line.startswith("exec "))
+    args = shlex.split(line)
+    args = [arg for arg in args[args.index("pytest") + 1 :] if arg != "$@"]
+    args[args.index("-n") + 1] = workers
+    return args
 
-    One worker sees the whole order: the slow file, though collected last, starts it, and the
-    scheduler still hands on every file (a worker's last queued test needs a successor to run).
-    """
+
+FILES = {  # xdist alone would run the files with the most tests first: b, then z and a, then y
+    "test_a": "def test_a1():\n    pass\n\ndef test_a2():\n    pass\n",
+    "test_b": "def test_b1():\n    pass\n\ndef test_b2():\n    pass\n\ndef test_b3():\n    pass\n",
+    "test_y": "import pytest\n\n@pytest.mark.full\ndef test_y1():\n    pass\n",
+    "test_z": "import pytest\n\ndef test_z0():\n    pass\n\n@pytest.mark.slow\ndef test_z1():\n    pass\n",
+}
+
+
+def _order(pytester: pytest.Pytester, *args: str) -> list[str]:
+    """The tests of FILES in the order one xdist worker ran them."""
     pytester.makeconftest(CONFTEST.read_text(encoding="utf-8"))
-    pytester.makeini("[pytest]\nmarkers =\n    slow: long")
-    pytester.makepyfile(  # xdist alone would run the file with most tests first: b, a, z
-        test_a="def test_a1():\n    pass\n\ndef test_a2():\n    pass\n",
-        test_b="def test_b1():\n    pass\n\ndef test_b2():\n    pass\n\ndef test_b3():\n    pass\n",
-        test_z="import pytest\n\n@pytest.mark.slow\ndef test_z1():\n    pass\n",
+    pytester.makeini("[pytest]\nmarkers =\n    slow: long\n    full: seconds")
+    pytester.makepyfile(**FILES)
+    result = pytester.runpytest_subprocess("-p", "no:e2b_env", "-p", "no:cacheprovider", *args, "-v")
+    result.assert_outcomes(passed=8)
+    return [line.split("::")[1].split()[0] for line in result.outlines if " PASSED " in line and "::" in line]
+
+
+@pytest.mark.full
+def test_on_xdist_the_files_of_the_longest_tests_run_first(pytester: pytest.Pytester) -> None:
+    """Under scripts/test's flags a slow test's file runs first, then a full test's, each whole, in order."""
+    ran = _order(pytester, *_scheduling(workers="1"))
+    files_in_order = ["test_z0", "test_z1", "test_y1", "test_a1", "test_a2", "test_b1", "test_b2", "test_b3"]
+    assert ran == files_in_order, ran
+    # The probe: xdist's own order (the files with most tests first) undoes it, so the order above
+    # is this suite's, and scripts/test must keep passing --no-loadscope-reorder.
+    ran = _order(pytester, *[arg for arg in _scheduling(workers="1") if arg != "--no-loadscope-reorder"])
+    assert ran[:3] == ["test_b1", "test_b2", "test_b3"], ran
+
+
+@pytest.mark.full
+def test_fast_leaves_out_the_full_tier(pytester: pytest.Pytester) -> None:
+    """--fast runs neither the tests marked full or slow nor the catalog's own items; the rest run."""
+    pytester.makeconftest(CONFTEST.read_text(encoding="utf-8"))
+    pytester.makeini("[pytest]\nmarkers =\n    slow: long\n    full: seconds\n    e2b_case(id): a case")
+    pytester.makepyfile(
+        test_tiers="""
+import pytest
+
+def test_quick():
+    pass
+
+@pytest.mark.full
+def test_full():
+    pass
+
+@pytest.mark.slow
+def test_slow():
+    pass
+
+@pytest.mark.e2b_case("good-1")
+def test_case():
+    pass
+"""
     )
-    result = pytester.runpytest_subprocess("-p", "no:e2b_env", "-n", "1", "--dist", "loadfile", "-v")
-    result.assert_outcomes(passed=6)
-    ran = [line.split("::")[1].split()[0] for line in result.outlines if " PASSED " in line and "::" in line]
-    assert ran == ["test_z1", "test_a1", "test_a2", "test_b1", "test_b2", "test_b3"], ran
+    result = pytester.runpytest_subprocess("-p", "no:e2b_env", "-p", "no:cacheprovider", "--fast", "-v")
+    result.assert_outcomes(passed=1, deselected=3)
+    result.stdout.fnmatch_lines(["*::test_quick PASSED*"])
+    result = pytester.runpytest_subprocess("-p", "no:e2b_env", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=4)
 
 
 def test_a_thread_drawing_from_random_fails_no_property_test() -> None:

@@ -8,6 +8,7 @@ import pytest
 from plugin_helpers import only_bundle, read_json, write_project
 
 
+@pytest.mark.full
 def test_summary_goes_to_the_step_summary_file(
     project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -28,6 +29,7 @@ def test_summary_goes_to_the_step_summary_file(
     result.stdout.fnmatch_lines([f"summary appended to: {step}"])
 
 
+@pytest.mark.full
 def test_summary_option_lists_failed_cases_with_reasons(pytester: pytest.Pytester) -> None:
     """--e2b-summary PATH names every failed case, its family and why, and the verdict FAILED."""
     write_project(pytester, subject="tinyreward:constant_reward")
@@ -39,6 +41,7 @@ def test_summary_option_lists_failed_cases_with_reasons(pytester: pytest.Pyteste
     assert "| `reward-tiny-no-fence` | defect | failed |" in text
 
 
+@pytest.mark.full
 def test_manifest_and_index_pin_the_subject(project: pytest.Pytester) -> None:
     """The bundle records the subject spec, module file and source digest; index.html shows them."""
     project.runpytest("--e2b-evidence", "ev").assert_outcomes(passed=2)
@@ -55,6 +58,7 @@ def test_manifest_and_index_pin_the_subject(project: pytest.Pytester) -> None:
     assert "<td>target</td>" not in html
 
 
+@pytest.mark.full
 def test_subject_option_overrides_the_ini_key(project: pytest.Pytester) -> None:
     """--e2b-reward-subject wins over e2b_reward_subject (the header and the cases use it)."""
     result = project.runpytest("--e2b-evidence", "ev", "--e2b-reward-subject", "tinyreward:constant_reward")
@@ -76,6 +80,7 @@ def test_misspelled_ini_key_is_a_usage_error_with_the_fix(pytester: pytest.Pytes
     )
 
 
+@pytest.mark.full
 def test_a_skipped_case_points_at_its_case_file(pytester: pytest.Pytester) -> None:
     """A case skipped offline is reported at its line in the case file, not inside the plugin."""
     write_project(pytester)
@@ -110,6 +115,7 @@ def test_collect_only_writes_no_bundle(project: pytest.Pytester) -> None:
     assert not (project.path / "ev").exists()
 
 
+@pytest.mark.full
 def test_catalog_only_collects_no_test_file(project: pytest.Pytester) -> None:
     """--e2b-catalog-only runs the cases and neither collects nor imports the project's test files."""
     project.makepyfile(test_own="raise ImportError('a test file was imported')\n")

@@ -51,6 +51,7 @@ def test_keyword_selects_cases(project: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["e2b-catalog::reward-tiny-no-fence", "1/2 tests collected (1 deselected)*"])
 
 
+@pytest.mark.full
 def test_malformed_case_is_a_collection_error(pytester: pytest.Pytester) -> None:
     """A malformed case fails collection naming the file, the case id and the field."""
     write_project(pytester)
@@ -65,6 +66,7 @@ def test_malformed_case_is_a_collection_error(pytester: pytest.Pytester) -> None
     )
 
 
+@pytest.mark.full
 def test_invalid_toml_is_a_collection_error(pytester: pytest.Pytester) -> None:
     """A case file that is not TOML fails collection naming the file."""
     write_project(pytester)

@@ -45,6 +45,7 @@ def _project(pytester: pytest.Pytester, relax: str) -> None:
     (pytester.path / "mycases" / "reward.toml").write_text(POLICY_CASE)
 
 
+@pytest.mark.full
 def test_failed_policy_fails_by_default(pytester: pytest.Pytester) -> None:
     """A policy criterion fails the case unless relaxed; the line names the policy."""
     _project(pytester, relax="")
@@ -53,6 +54,7 @@ def test_failed_policy_fails_by_default(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*- no_run [[]policy fence-variants[]]: no command ran in any sandbox"])
 
 
+@pytest.mark.full
 def test_relaxed_policy_is_a_warning_recorded_in_the_bundle(pytester: pytest.Pytester) -> None:
     """Relaxed by name, the same failure is a RelaxedPolicyWarning and status 'relaxed', not a pass."""
     _project(pytester, relax="fence-variants")
@@ -81,6 +83,7 @@ def test_unknown_relax_name_is_a_usage_error(pytester: pytest.Pytester) -> None:
     )
 
 
+@pytest.mark.full
 @pytest.mark.parametrize(
     ("module", "message"),
     [
@@ -103,6 +106,7 @@ def test_unimportable_subject_is_one_usage_error(
     assert "Traceback" not in text + result.stdout.str()
 
 
+@pytest.mark.full
 def test_contract_ini_key_names_a_dict(pytester: pytest.Pytester) -> None:
     """e2b_reward_contract points at a declaration dict for code the user cannot edit."""
     write_project(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from plugin_helpers import CASE_IDS, only_bundle, read_json, write_project
 
+pytestmark = pytest.mark.full
+
 CRASHING = """
 import os, signal
 from e2b import AsyncSandbox

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+pytestmark = pytest.mark.full
+
 INI = "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
 
 FIXTURE_TESTS = '''

@@ -10,6 +10,8 @@ from __future__ import annotations
 import pytest
 from plugin_helpers import only_bundle, read_json, write_project
 
+pytestmark = pytest.mark.full
+
 # The first case leaves what a cancelled batch of a pooled reward leaves: a task that failed,
 # its exception never retrieved, held in a reference cycle. The second case parses its
 # candidate with ``ast.parse`` (as most reward code does) while the collector runs at every

@@ -50,6 +50,7 @@ def _processes(log: Path) -> tuple[set[int], set[tuple[int, int]]]:
     return imported, scored
 
 
+@pytest.mark.full
 def test_lane_hosts_are_forked_from_one_template_that_imported_the_subject(pytester: pytest.Pytester) -> None:
     """Two lanes: the subject is imported by one template only, never by the controller or a host."""
     write_project(pytester, subject="watched:watched_reward")
@@ -66,6 +67,7 @@ def test_lane_hosts_are_forked_from_one_template_that_imported_the_subject(pytes
     assert not {pid for pid, _ in scored} & imported  # a forked host imports nothing again
 
 
+@pytest.mark.full
 def test_a_subject_whose_import_leaves_a_thread_gets_spawned_hosts(pytester: pytest.Pytester) -> None:
     """Forking a process with another thread running is unsafe: each host imports for itself."""
     write_project(pytester, subject="watched:watched_reward")
@@ -88,6 +90,7 @@ def test_a_preload_that_is_not_callable_is_a_config_error_naming_it(pytester: py
         load_subject("badpreload:make", "reward")
 
 
+@pytest.mark.full
 def test_the_reference_episode_declares_a_preload_that_starts_no_thread() -> None:
     """What the template runs before forking: imports only, in a fresh interpreter."""
     import subprocess
@@ -106,6 +109,7 @@ def test_the_reference_episode_declares_a_preload_that_starts_no_thread() -> Non
     assert out.stdout.split() == ["1", "pytest_e2b_env.episode.client.preload"], out.stdout + out.stderr
 
 
+@pytest.mark.full
 def test_a_template_whose_controller_left_mid_import_ends_quietly(tmp_path: Path) -> None:
     """The run ended while the template still imported the subject (an emulator that did not
     start, -x, Ctrl-C): its answer finds the socket closed and it exits 0, no traceback."""

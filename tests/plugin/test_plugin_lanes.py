@@ -25,6 +25,7 @@ def _records(pytester: pytest.Pytester, evidence: str) -> list[tuple[str, str, s
     return [(r["id"], r["status"], r["reason"]) for r in rows]
 
 
+@pytest.mark.full
 @pytest.mark.parametrize("subject", ["tinyreward:make_reward", "tinyreward:leaky_reward"])
 def test_lanes_give_the_serial_verdicts_in_the_same_order(pytester: pytest.Pytester, subject: str) -> None:
     """Same statuses, same failed criteria, records in catalog order, with 1 lane and with 3."""
@@ -38,6 +39,7 @@ def test_lanes_give_the_serial_verdicts_in_the_same_order(pytester: pytest.Pytes
     assert read_json(only_bundle(pytester.path / "laned") / "coverage.json")["complete"]
 
 
+@pytest.mark.full
 def test_exitfirst_stops_the_lanes_and_leaves_nothing(pytester: pytest.Pytester) -> None:
     """-x: the first failure is reported, no later case is, and the run leaves no sandbox."""
     write_project(pytester, subject="tinyreward:leaky_reward")
@@ -48,6 +50,7 @@ def test_exitfirst_stops_the_lanes_and_leaves_nothing(pytester: pytest.Pytester)
     assert all(r["confirmed_absent_at"] for r in cleanup), cleanup
 
 
+@pytest.mark.full
 def test_k_selects_cases_for_the_lanes(pytester: pytest.Pytester) -> None:
     """-k: only the selected cases run, in lanes, and only they are recorded."""
     write_project(pytester)
@@ -139,6 +142,7 @@ def test_the_next_run_starts_the_case_that_took_longest_first() -> None:
     assert [plain._next("reward", {"reward"})[0] for _ in cases] == [c.id for c in cases]  # type: ignore[index]
 
 
+@pytest.mark.full
 def test_case_times_are_kept_for_the_next_run_and_change_no_record(pytester: pytest.Pytester) -> None:
     """A laned run leaves each case's time in pytest's cache; a run that uses it (reversed, so the
     order differs) gives the same records in catalog order; a malformed cache is ignored."""

@@ -133,6 +133,7 @@ def test_bad_run_id_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result.stderr.fnmatch_lines(["*--e2b-run-id='a b' is not a metadata-safe run id*--e2b-run-id ci-1234*"])
 
 
+@pytest.mark.full
 def test_header_shows_emulator_isolation_for_catalog_runs(project: pytest.Pytester) -> None:
     """With catalog cases to run, the header shows the started emulator's isolation level."""
     result = project.runpytest("-k", "no-fence")
@@ -176,6 +177,7 @@ def pytest_sessionfinish(session):
 """
 
 
+@pytest.mark.full
 def test_an_unasked_plugin_is_dormant(pytester: pytest.Pytester) -> None:
     """No e2b option or ini key: no header, nothing of the catalog loaded; live-only tests still skip."""
     pytester.makeconftest(DORMANT_CONFTEST)
@@ -188,6 +190,7 @@ def test_an_unasked_plugin_is_dormant(pytester: pytest.Pytester) -> None:
     assert not [line for line in result.stdout.lines if line.startswith("e2b")], result.stdout.str()
 
 
+@pytest.mark.full
 @pytest.mark.parametrize("asked", [["-o", "e2b_relax="], ["--e2b-lanes", "2"], "ini"])
 def test_an_e2b_key_or_option_wakes_the_plugin(pytester: pytest.Pytester, asked: Any) -> None:
     """Any e2b option, -o e2b_* or e2b_* key in the config file: the header says the mode and run id."""

@@ -19,6 +19,7 @@ def _openers() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("pytest-e2b-env-open-")]
 
 
+@pytest.mark.full
 def test_a_preopened_emulator_outlives_the_thread_gap_and_the_surplus_is_closed() -> None:
     """A taken emulator still answers after its opener's work is done; the untaken one is stopped."""
     run_id = new_run_id()
@@ -77,6 +78,7 @@ def pytest_collection_finish(session):
 """
 
 
+@pytest.mark.full
 @pytest.mark.parametrize(("args", "preopened"), [((), "True"), (("-k", "correct"), "False")])
 def test_lane_targets_open_at_session_start_unless_the_selection_is_narrowed(
     pytester: pytest.Pytester, args: tuple[str, ...], preopened: str
@@ -100,6 +102,7 @@ if "emulator" in sys.orig_argv and "pytest_e2b_env.cli" in sys.orig_argv:
 """
 
 
+@pytest.mark.full
 def test_targets_that_cannot_start_stop_the_run_at_its_first_case(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -120,6 +123,7 @@ def test_targets_that_cannot_start_stop_the_run_at_its_first_case(
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
 
 
+@pytest.mark.full
 def test_a_host_that_fails_to_stop_is_a_problem_and_the_target_still_closes(tmp_path: Any) -> None:
     """Runtime.close releases this process's side in a thread: a failing host is named in the
     run's problems (not lost with the thread), and the sweep and the target's stop still happen."""

@@ -21,6 +21,7 @@ BUNDLE_FILES = {
 }
 
 
+@pytest.mark.full
 def test_passing_catalog_writes_a_complete_bundle(project: pytest.Pytester) -> None:
     """A user's subject passing its cases yields one complete, verified bundle with every case."""
     result = project.runpytest("--e2b-evidence", "ev")
@@ -57,6 +58,7 @@ def test_passing_catalog_writes_a_complete_bundle(project: pytest.Pytester) -> N
     assert cleanup["summary"]["confirmed_absent"] == 1
 
 
+@pytest.mark.full
 def test_failing_case_is_a_failure_in_junit(pytester: pytest.Pytester) -> None:
     """A subject scoring everything 1.0 fails both cases; junit.xml has each failure with a message."""
     write_project(pytester, subject="tinyreward:constant_reward")
@@ -79,6 +81,7 @@ def test_failing_case_is_a_failure_in_junit(pytester: pytest.Pytester) -> None:
     assert not coverage["passed"]
 
 
+@pytest.mark.full
 def test_leaked_sandbox_fails_the_case_and_is_killed(pytester: pytest.Pytester) -> None:
     """A subject leaving a sandbox alive fails no-leak; the catalog kills it and records the leak."""
     write_project(pytester, subject="tinyreward:leaky_reward")
@@ -89,6 +92,7 @@ def test_leaked_sandbox_fails_the_case_and_is_killed(pytester: pytest.Pytester) 
     assert any("leaked" in str(r.get("error")) for r in cleanup["records"])
 
 
+@pytest.mark.full
 def test_stop_early_records_unrun_cases(pytester: pytest.Pytester) -> None:
     """With -x the first failure to arrive stops the run; the cases never run are in the inventory as
     skipped with the reason, not silently gone."""
@@ -102,6 +106,7 @@ def test_stop_early_records_unrun_cases(pytester: pytest.Pytester) -> None:
     assert "stopped early" in unrun
 
 
+@pytest.mark.full
 def test_last_failed_reruns_only_failed_cases(pytester: pytest.Pytester) -> None:
     """--lf reruns exactly the catalog cases that failed last time."""
     write_project(pytester)
@@ -128,6 +133,7 @@ def test_xdist_writes_exactly_one_complete_bundle(project: pytest.Pytester) -> N
     assert manifest["run_id"] == bundle.name
 
 
+@pytest.mark.full
 def test_live_mode_runs_through_the_fault_proxy(
     project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -49,6 +49,7 @@ def test_each_task_gets_oracle_floor_and_repeat_items(pytester: pytest.Pytester)
     )
 
 
+@pytest.mark.full
 def test_task_checks_run_and_fill_the_bundle(pytester: pytest.Pytester) -> None:
     """A sound task passes all three checks; the echo task fails its floor; the bundle says so."""
     write_project(pytester, extra="e2b_reward_tasks = data/tasks.jsonl\n")
@@ -83,6 +84,7 @@ def test_task_checks_run_and_fill_the_bundle(pytester: pytest.Pytester) -> None:
     assert verify_bundle(bundle) == []
 
 
+@pytest.mark.full
 def test_a_bad_task_row_stops_the_run_naming_it(pytester: pytest.Pytester) -> None:
     write_project(pytester, extra="e2b_reward_tasks = data/tasks.jsonl\n")
     write_tasks(pytester, [{"task_id": "x", "test_cases": [{"input": "1"}]}])
@@ -91,6 +93,7 @@ def test_a_bad_task_row_stops_the_run_naming_it(pytester: pytest.Pytester) -> No
     result.stderr.fnmatch_lines(["*tasks.jsonl task 'x': test_cases?0? must be*"])
 
 
+@pytest.mark.full
 def test_tasks_need_the_subject_of_their_kind(pytester: pytest.Pytester) -> None:
     write_project(pytester, extra="e2b_episode_tasks = data/tasks.json\n")
     write_tasks(pytester, [], name="tasks.json")
@@ -119,6 +122,7 @@ def make_reward():
 """
 
 
+@pytest.mark.full
 def test_a_subject_that_crashes_fails_its_check_and_the_session_goes_on(pytester: pytest.Pytester) -> None:
     """Task checks run in the case host: a segfault fails the oracle, the floor still runs."""
     write_project(pytester, subject="crashy:make_reward", extra="e2b_reward_tasks = data/tasks.jsonl\n")

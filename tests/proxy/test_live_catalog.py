@@ -48,6 +48,7 @@ def test_reward_fault_cases_pass_live_through_the_proxy(upstream: Any, tmp_path:
             assert upstream.api_key not in path.read_text(errors="replace"), path
 
 
+@pytest.mark.full
 def test_unreachable_live_api_is_one_clear_error_and_an_incomplete_bundle(tmp_path: Path) -> None:
     """An E2B API nobody answers stops the run after one clear error; the bundle says incomplete."""
     import socket

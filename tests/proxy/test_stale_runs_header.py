@@ -8,7 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from e2b import Sandbox
+
+pytestmark = pytest.mark.full
 
 
 def test_live_session_header_reports_a_stale_run(upstream: Any, tmp_path: Path) -> None:

@@ -77,6 +77,7 @@ _CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.full
 def test_reap_cleans_up_after_a_sigkilled_host(
     alive: Callable[[], dict[str, Any]], emulator: Any, run_id: str
 ) -> None:

@@ -103,6 +103,7 @@ async def test_auth_failure_mid_run_is_not_retried(make_pool: Callable[..., Rewa
     assert pool.metrics["infrastructure_retries"] == 0
 
 
+@pytest.mark.full
 async def test_kill_failure_raises_cleanup_error_with_ids(
     make_pool: Callable[..., RewardPool], faults: Any, emulator: Emulator
 ) -> None:
@@ -227,6 +228,7 @@ async def test_refused_renewal_aborts(make_pool: Callable[..., RewardPool], faul
     assert pool.ledger == []
 
 
+@pytest.mark.full
 async def test_close_is_bounded_when_a_step_hangs(
     make_pool: Callable[..., RewardPool], emulator: Emulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -249,6 +251,7 @@ async def test_close_is_bounded_when_a_step_hangs(
     monkeypatch.undo()  # the fixture's close then kills the worker for real (and checks it)
 
 
+@pytest.mark.full
 async def test_a_lost_part_retries_each_candidate_alone(
     make_pool: Callable[..., RewardPool], faults: Any
 ) -> None:
@@ -264,6 +267,7 @@ async def test_a_lost_part_retries_each_candidate_alone(
     assert pool.metrics["infrastructure_retries"] == 3
 
 
+@pytest.mark.full
 async def test_a_part_lost_twice_masks_only_the_candidate_the_fault_follows(
     make_pool: Callable[..., RewardPool], faults: Any
 ) -> None:

@@ -109,6 +109,7 @@ async def bare_worker(emulator: Emulator, run_id: str) -> tuple[WorkerClient, Wo
     return client, await client.create()
 
 
+@pytest.mark.full
 async def test_cases_of_a_candidate_run_side_by_side_each_in_its_own_user_namespace(
     emulator: Emulator, runner_supported: None
 ) -> None:
@@ -133,6 +134,7 @@ async def test_cases_of_a_candidate_run_side_by_side_each_in_its_own_user_namesp
     assert max(c["started"] for c in cases) < min(c["ended"] for c in cases)  # all ran at once
 
 
+@pytest.mark.full
 async def test_a_fork_bomb_case_does_not_fail_its_siblings(make_pool: Callable[..., RewardPool]) -> None:
     """Cases side by side share no process count: a fork bomb fails its own case, never a sibling's start."""
     # More cases than run at once: the later ones start while the bomb holds its process limit.

@@ -61,6 +61,7 @@ def test_bad_policy_is_rejected_naming_the_value(kwargs: dict[str, Any], message
     assert message in str(info.value)
 
 
+@pytest.mark.full
 async def test_masked_completion_is_none_and_the_rest_keep_their_scores(
     make_pool: Callable[..., RewardPool], faults: Any
 ) -> None:
@@ -84,6 +85,7 @@ async def test_masked_completion_is_none_and_the_rest_keep_their_scores(
     assert await pool.code_reward([HEALTHY], [TOTAL]) == [1.0]
 
 
+@pytest.mark.full
 async def test_over_budget_raises_and_poisons(make_pool: Callable[..., RewardPool], faults: Any) -> None:
     """Every completion of a batch lost twice is over the budget: InfrastructureError, no scores."""
     faults.add(route=START, answer={"lose_sandbox": True}, contains=LOST, times=4)

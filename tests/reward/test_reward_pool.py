@@ -34,6 +34,7 @@ async def test_correct_partial_wrong(make_pool: Callable[..., RewardPool]) -> No
     assert all(r["worker_id"] for r in ledger)
 
 
+@pytest.mark.full
 async def test_every_task_has_correct_partial_wrong(make_pool: Callable[..., RewardPool]) -> None:
     """Each task of both splits: its correct program 1.0, partial strictly between, wrong 0."""
     pool = make_pool(workers=2)
@@ -86,6 +87,7 @@ async def test_expected_outputs_never_enter_a_sandbox(
     assert [rule["fired"] for rule in faults.list()] == [0]
 
 
+@pytest.mark.full
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(delays=st.lists(st.sampled_from([0.0, 0.3, 0.6]), min_size=3, max_size=4))
 def test_scores_keep_completion_order(
@@ -139,7 +141,14 @@ HOSTILE = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(HOSTILE))
+# A program that may run into its 1 s deadline takes seconds: those are in the full tier.
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=pytest.mark.full) if "timeout" in HOSTILE[name] else name
+        for name in sorted(HOSTILE)
+    ],
+)
 async def test_hostile_scores_zero_and_worker_survives(
     make_pool: Callable[..., RewardPool], name: str
 ) -> None:
@@ -188,6 +197,7 @@ def cpu0_hog() -> Iterator[None]:
         hog.wait(timeout=30)
 
 
+@pytest.mark.full
 async def test_a_correct_program_slowed_by_cpu_contention_is_no_timeout(
     make_pool: Callable[..., RewardPool], cpu0_hog: None
 ) -> None:
@@ -205,6 +215,7 @@ async def test_a_correct_program_slowed_by_cpu_contention_is_no_timeout(
     assert pool.ledger[-1]["cases"][0]["reason"] == "timeout"
 
 
+@pytest.mark.full
 async def test_a_program_kept_waiting_by_its_own_children_times_out(
     make_pool: Callable[..., RewardPool],
 ) -> None:

@@ -65,6 +65,7 @@ def test_log_completions_is_refused_in_episode_mode(capsys: pytest.CaptureFixtur
     assert "--log-completions works with --mode reward only" in capsys.readouterr().err
 
 
+@pytest.mark.full
 def test_gpu_run_without_a_gpu_fails_at_once(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """Without --cpu on a machine with no CUDA GPU, train.py exits 2 naming --cpu, before any work."""
     import torch

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 
+import pytest
+
 from pytest_e2b_env.toolsurface import tool_methods
 from pytest_e2b_env.training.timing import StageClock, timed, timed_env_class
 
@@ -74,6 +76,7 @@ def test_timed_class_looks_the_same_to_trl() -> None:
     assert isinstance(env, Env)
 
 
+@pytest.mark.full
 def test_tool_schemas_are_unchanged() -> None:
     """transformers derives byte-identical tool schemas from the timed class and from the original."""
     from transformers.utils import get_json_schema
