@@ -59,6 +59,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """``--fast`` unsets the catalog's subjects before the plugin reads them: the catalog's own items
+    are left out, so nothing imports the subjects or starts their emulators just to drop them."""
+    if config.getoption("fast"):
+        config.option.e2b_reward_subject = ""
+        config.option.e2b_episode_subject = ""
+
+
 # The full tier: tests marked `full` (a pytest or validate session in a child process, a catalog
 # sweep, a real deadline or load: seconds each), the `slow` ones (training, benchmarks, wheel
 # installs) and the catalog's own items, which `pytest` without paths runs against the bundled code.

@@ -131,6 +131,7 @@ def capped() -> Iterator[object]:
     backend.close()
 
 
+@pytest.mark.full
 def test_fork_bombs_in_two_sandboxes_stop_at_the_aggregate_cap(capped: object) -> None:
     """Each bomb stops at its sandbox's cap, and both together at the emulator's: the host keeps forking."""
     from pytest_e2b_env.emulator.isolation.namespaces import NamespaceBackend
@@ -221,6 +222,7 @@ def _emulator_in_its_own_pid_namespace() -> tuple[subprocess.Popen[bytes], dict[
     return proc, values
 
 
+@pytest.mark.full
 def test_emulators_in_other_pid_namespaces_keep_their_sandboxes_and_cgroups() -> None:
     """Two emulators, each in a pid namespace of its own, keep creating sandboxes while a third backend,
     in yet another pid namespace, sweeps at its start: it takes nothing of theirs."""
@@ -387,6 +389,7 @@ V2_PROBE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.full
 def test_cgroup_v2_subtree_in_a_private_mount(tmp_path: Path) -> None:
     """On a cgroup2 hierarchy mounted privately: a delegated group's processes move to a leaf, the
     emulator's group and a sandbox's are made below it, a command joins its sandbox's group by itself
