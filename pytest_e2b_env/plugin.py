@@ -48,7 +48,7 @@ INI_KEYS: dict[str, dict[str, Any]] = {
     },
     "e2b_relax": {
         "default": "",
-        "help": "policy criteria to relax by name, comma separated (docs/catalog.md)",
+        "help": "policy criteria to relax by name, comma separated (pytest-e2b-env docs catalog)",
     },
     "e2b_summary": {"default": "", "help": "Markdown summary file of the run (like --e2b-summary)"},
     "e2b_lanes": {"default": "", "help": "catalog cases run at once (like --e2b-lanes)"},

@@ -154,7 +154,7 @@ def add_task_items(session: pytest.Session, items: list[pytest.Item]) -> None:
         if source and settings.subject_for(kind) is None:
             raise pytest.UsageError(
                 f"e2b_{kind}_tasks is set but e2b_{kind}_subject is not: the tasks are checked through "
-                f"your own {kind} code; set e2b_{kind}_subject (docs/tasks.md)"
+                f"your own {kind} code; set e2b_{kind}_subject (pytest-e2b-env docs tasks)"
             )
     configured_tasks(session.config)  # a bad source: one error, before any item
     collector = TaskCollector.from_parent(session, name=COLLECTOR_NAME, nodeid=COLLECTOR_NAME)
