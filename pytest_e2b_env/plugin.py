@@ -354,7 +354,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         if isinstance(item, CaseItem):
             if report.skipped and isinstance(report.longrepr, tuple):
                 # pytest.skip() would point at the plugin's code; the reader wants the case.
-                from pytest_e2b_env.adapter.report import case_location
+                from pytest_e2b_env.adapter.items import case_location
 
                 report.longrepr = (*case_location(item.case), report.longrepr[2])
             payload = result_payload(item)

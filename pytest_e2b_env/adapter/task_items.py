@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from pytest_e2b_env.adapter.failures import one_line_repr
 from pytest_e2b_env.adapter.keys import runtime_key
 from pytest_e2b_env.adapter.settings import Settings
 from pytest_e2b_env.errors import ConfigError, InfrastructureError
@@ -90,9 +91,9 @@ class TaskItem(pytest.Item):
             raise TaskFailure(f"task {self.task.task_id} {self.name}: {result.reason}")
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
-        """Show what the check saw instead of a traceback into the runner."""
+        """Show what the check saw instead of a traceback into the runner, named once by one line."""
         if isinstance(excinfo.value, TaskFailure | InfrastructureError):
-            return f"{type(excinfo.value).__name__}: {excinfo.value}"
+            return one_line_repr(excinfo, f"{type(excinfo.value).__name__}: {excinfo.value}")
         return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
