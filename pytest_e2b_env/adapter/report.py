@@ -95,7 +95,8 @@ class EvidenceReporter:
             self.records[case_id] = record
             self.family_of[case_id] = record["family"]
             self.trajectories[case_id] = data.get("trajectory") or []
-            self.cleanup.extend(data.get("cleanup") or [])
+            # Each sandbox keeps the case it was made in: cleanup.json and index.html name it.
+            self.cleanup.extend({**c, "case": case_id} for c in data.get("cleanup") or [])
         elif report.failed and case_id not in self.records:
             # The item died before producing a record (worker crash, setup error): never lose it.
             self.records[case_id] = {
