@@ -1,7 +1,7 @@
-"""Build glue that pyproject.toml cannot express: ship ``cases/`` and ``fixtures/`` inside the package.
+"""Build glue pyproject.toml cannot express: ship ``cases/``, ``fixtures/`` and ``docs/`` in the package.
 
-The catalog and its fixtures stay at the top of the checkout, where they are edited and reviewed;
-the wheel carries them as package data under ``pytest_e2b_env/_data`` so that
+The catalog, its fixtures and the docs stay at the top of the checkout, where they are edited and
+reviewed; the wheel carries them as package data under ``pytest_e2b_env/_data`` so that
 ``importlib.resources`` finds them in every install layout (venv, ``--user``, ``--target`` with
 ``PYTHONPATH``). ``pyproject.toml``'s ``packages.find`` cannot add packages mapped from other
 directories, hence these few lines; everything else is declared in pyproject.toml.
@@ -12,7 +12,11 @@ from pathlib import Path
 from setuptools import find_namespace_packages, setup
 
 # package -> checkout directory it is built from (pytest_e2b_env.data reads the same names)
-DATA = {"pytest_e2b_env._data.cases": "cases", "pytest_e2b_env._data.fixtures": "fixtures"}
+DATA = {
+    "pytest_e2b_env._data.cases": "cases",
+    "pytest_e2b_env._data.fixtures": "fixtures",
+    "pytest_e2b_env._data.docs": "docs",  # printed by `pytest-e2b-env docs`
+}
 DATA_FILES = ["*.toml", "*.json", "*.py", "*.txt", "*.md"]
 
 

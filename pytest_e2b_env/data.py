@@ -1,6 +1,6 @@
-"""Where the bundled data lives: the case catalog (``cases/``) and its fixtures (``fixtures/``).
+"""Where the bundled data lives: the case catalog (``cases/``), its fixtures (``fixtures/``), the docs.
 
-An installed package carries them as package data, ``pytest_e2b_env/_data/{cases,fixtures}``
+An installed package carries them as package data, ``pytest_e2b_env/_data/{cases,fixtures,docs}``
 (``setup.py`` maps the checkout's top-level directories there), found with
 ``importlib.resources`` wherever the package was installed: a venv, ``pip install --user``,
 ``--target`` plus ``PYTHONPATH``. A source checkout (``PYTHONPATH`` at it, or an editable
@@ -50,3 +50,14 @@ def cases_dir() -> Path:
 def fixtures_dir() -> Path:
     """Task data and candidate programs the cases, the reward pool and the episode use."""
     return data_root() / "fixtures"
+
+
+def docs_dir() -> Path:
+    """The documentation pages (``docs/*.md``) that ``pytest-e2b-env docs`` prints."""
+    root = data_root() / "docs"
+    if not root.is_dir():
+        raise ConfigError(
+            f"documentation not found in {root}: this pytest-e2b-env build lacks its docs; reinstall it "
+            "from a wheel (pip install --force-reinstall pytest-e2b-env)"
+        )
+    return root

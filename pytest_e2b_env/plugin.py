@@ -48,7 +48,7 @@ INI_KEYS: dict[str, dict[str, Any]] = {
     },
     "e2b_relax": {
         "default": "",
-        "help": "policy criteria to relax by name, comma separated (docs/catalog.md)",
+        "help": "policy criteria to relax by name, comma separated (pytest-e2b-env docs catalog)",
     },
     "e2b_summary": {"default": "", "help": "Markdown summary file of the run (like --e2b-summary)"},
     "e2b_lanes": {"default": "", "help": "catalog cases run at once (like --e2b-lanes)"},
@@ -386,7 +386,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         if isinstance(item, CaseItem):
             if report.skipped and isinstance(report.longrepr, tuple):
                 # pytest.skip() would point at the plugin's code; the reader wants the case.
-                from pytest_e2b_env.adapter.report import case_location
+                from pytest_e2b_env.adapter.items import case_location
 
                 report.longrepr = (*case_location(item.case), report.longrepr[2])
             payload = result_payload(item)

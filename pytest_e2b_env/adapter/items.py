@@ -6,11 +6,14 @@ Items hang under a :class:`CatalogCollector` named ``e2b-catalog`` (node ids
 
 from __future__ import annotations
 
+import re
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pytest_e2b_env.adapter.failures import one_line_repr
 from pytest_e2b_env.adapter.keys import runtime_key, settings_key
 from pytest_e2b_env.adapter.runtime import Runtime
 from pytest_e2b_env.adapter.settings import Settings
@@ -19,6 +22,7 @@ from pytest_e2b_env.catalog.loader import CaseLoadError
 from pytest_e2b_env.catalog.model import Case
 from pytest_e2b_env.catalog.record import CaseRecord
 from pytest_e2b_env.errors import InfrastructureError
+from pytest_e2b_env.evidence.junit import relaxed_properties
 
 COLLECTOR_NAME = "e2b-catalog"
 
@@ -35,7 +39,15 @@ def ensure_runtime(config: pytest.Config) -> Runtime:
 
 
 class CaseFailure(Exception):
-    """A case's expectations were not met; the message lists each failed criterion."""
+    """A case's expectations were not met; the message lists each failed criterion.
+
+    ``summary`` is the one line a report names it by (pytest's short summary, JUnit's
+    ``<failure message=...>``); the message is the whole account.
+    """
+
+    def __init__(self, message: str, summary: str) -> None:
+        super().__init__(message)
+        self.summary = summary
 
 
 class RelaxedPolicyWarning(UserWarning):
@@ -80,19 +92,36 @@ class CaseItem(pytest.Item):
         if result.status == "skipped":
             pytest.skip(result.reason or "skipped")
         if result.status == "relaxed":
+            # A pass to pytest, so marked where a pass is written: --junitxml's testcase properties.
+            self.user_properties.extend(relaxed_properties(result.to_dict()))
             warnings.warn(RelaxedPolicyWarning(result.failure_message()), stacklevel=1)
         elif result.status != "passed":
-            raise CaseFailure(result.failure_message())
+            summary = f"case {result.id} {result.status}: {result.reason or 'no reason recorded'}"
+            raise CaseFailure(result.failure_message(), summary)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
-        """Show the failed criteria instead of a traceback into the runner."""
-        if isinstance(excinfo.value, CaseFailure | CaseLoadError | InfrastructureError):
-            return f"{type(excinfo.value).__name__}: {excinfo.value}"
+        """Show the failed criteria instead of a traceback into the runner, named once by one line."""
+        error = excinfo.value
+        if isinstance(error, CaseFailure):
+            return one_line_repr(excinfo, error.summary, case_location(self.case), prefix=False)
+        if isinstance(error, CaseLoadError | InfrastructureError):
+            return one_line_repr(excinfo, f"{type(error).__name__}: {error}", case_location(self.case))
         return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
         """Point reports at the case file."""
         return self.path, None, f"{self.case.family}: {self.case.id}"
+
+
+def case_location(case: Case) -> tuple[str, int]:
+    """The case file and the line of its ``id = "..."`` (1 when the file cannot be read)."""
+    path = case.source_file or "<catalog>"
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return path, 1
+    pattern = re.compile(rf"""^\s*id\s*=\s*["']{re.escape(case.id)}["']""")
+    return path, next((n for n, line in enumerate(lines, 1) if pattern.match(line)), 1)
 
 
 class CatalogCollector(pytest.Collector):

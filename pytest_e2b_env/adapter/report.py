@@ -8,11 +8,10 @@ case however the run was distributed.
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
@@ -21,9 +20,6 @@ from pytest_e2b_env.adapter.keys import runtime_key
 from pytest_e2b_env.adapter.settings import Settings
 from pytest_e2b_env.catalog.record import CaseRecord
 from pytest_e2b_env.evidence.redaction import Redactor
-
-if TYPE_CHECKING:
-    from pytest_e2b_env.catalog.model import Case
 
 PREFIX = COLLECTOR_NAME + "::"
 
@@ -47,17 +43,6 @@ class Redacting:
 def case_id_of(nodeid: str) -> str | None:
     """The case id of a catalog node id, else None."""
     return nodeid[len(PREFIX) :] if nodeid.startswith(PREFIX) else None
-
-
-def case_location(case: Case) -> tuple[str, int]:
-    """The case file and the line of its ``id = "..."`` (1 when the file cannot be read)."""
-    path = case.source_file or "<catalog>"
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError):
-        return path, 1
-    pattern = re.compile(rf"""^\s*id\s*=\s*["']{re.escape(case.id)}["']""")
-    return path, next((n for n, line in enumerate(lines, 1) if pattern.match(line)), 1)
 
 
 class EvidenceReporter:
@@ -110,7 +95,8 @@ class EvidenceReporter:
             self.records[case_id] = record
             self.family_of[case_id] = record["family"]
             self.trajectories[case_id] = data.get("trajectory") or []
-            self.cleanup.extend(data.get("cleanup") or [])
+            # Each sandbox keeps the case it was made in: cleanup.json and index.html name it.
+            self.cleanup.extend({**c, "case": case_id} for c in data.get("cleanup") or [])
         elif report.failed and case_id not in self.records:
             # The item died before producing a record (worker crash, setup error): never lose it.
             self.records[case_id] = {

@@ -122,7 +122,8 @@ def check_ini_keys(config: pytest.Config, known: Iterable[str]) -> None:
         close = difflib.get_close_matches(key, names, n=1)
         hint = f"did you mean {close[0]!r}?" if close else f"the plugin's keys are {', '.join(names)}"
         raise pytest.UsageError(
-            f"unknown ini key {key!r} in {config.inipath}: {hint} (docs/plugin.md lists every key)"
+            f"unknown ini key {key!r} in {config.inipath}: {hint} "
+            "(pytest-e2b-env docs plugin lists every key)"
         )
 
 

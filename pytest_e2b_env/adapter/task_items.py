@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from pytest_e2b_env.adapter.failures import one_line_repr
 from pytest_e2b_env.adapter.keys import runtime_key
 from pytest_e2b_env.adapter.settings import Settings
 from pytest_e2b_env.errors import ConfigError, InfrastructureError
@@ -89,9 +90,9 @@ class TaskItem(pytest.Item):
             raise TaskFailure(f"task {self.task.task_id} {self.name}: {result.reason}")
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
-        """Show what the check saw instead of a traceback into the runner."""
+        """Show what the check saw instead of a traceback into the runner, named once by one line."""
         if isinstance(excinfo.value, TaskFailure | InfrastructureError):
-            return f"{type(excinfo.value).__name__}: {excinfo.value}"
+            return one_line_repr(excinfo, f"{type(excinfo.value).__name__}: {excinfo.value}")
         return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
@@ -153,7 +154,7 @@ def add_task_items(session: pytest.Session, items: list[pytest.Item]) -> None:
         if source and settings.subject_for(kind) is None:
             raise pytest.UsageError(
                 f"e2b_{kind}_tasks is set but e2b_{kind}_subject is not: the tasks are checked through "
-                f"your own {kind} code; set e2b_{kind}_subject (docs/tasks.md)"
+                f"your own {kind} code; set e2b_{kind}_subject (pytest-e2b-env docs tasks)"
             )
     configured_tasks(session.config)  # a bad source: one error, before any item
     collector = TaskCollector.from_parent(session, name=COLLECTOR_NAME, nodeid=COLLECTOR_NAME)

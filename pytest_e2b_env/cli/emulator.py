@@ -60,7 +60,8 @@ def _parser() -> argparse.ArgumentParser:
         "--limits",
         default="",
         metavar="JSON",
-        help="caps on untrusted input as a JSON object, e.g. '{\"file_bytes\": 1048576}' (docs/emulator.md)",
+        help="caps on untrusted input as a JSON object, e.g. '{\"file_bytes\": 1048576}' "
+        "(pytest-e2b-env docs emulator)",
     )
     return parser
 

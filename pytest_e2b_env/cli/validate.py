@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-n", dest="workers", default=None, help="run cases on N xdist workers (needs pytest-xdist)"
     )
     parser.add_argument("-q", dest="quiet", action="store_true", help="less output")
-    tasks = parser.add_argument_group("task checks (docs/tasks.md)")
+    tasks = parser.add_argument_group("task checks (pytest-e2b-env docs tasks)")
     tasks.add_argument(
         "--tasks",
         default=None,

@@ -134,7 +134,7 @@ class ReportEpisode:
         task = row.get("task")
         if task is None:
             raise ConfigError(
-                "the dataset row has no 'task' column; add the repair task JSON, see docs/episode.md"
+                "the dataset row has no 'task' column; add the repair task JSON (pytest-e2b-env docs episode)"
             )
         if isinstance(task, str):
             try:

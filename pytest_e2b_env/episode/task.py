@@ -116,8 +116,8 @@ def parse_task(value: str | Mapping[str, Any] | RepairTask) -> RepairTask:
         data = json.loads(value) if isinstance(value, str) else dict(value)
     except (TypeError, ValueError) as exc:
         raise ConfigError(
-            f"task is not JSON text or a dict ({type(exc).__name__}); pass the task JSON of "
-            "docs/catalog.md, e.g. load_task('weekly-sales')"
+            f"task is not JSON text or a dict ({type(exc).__name__}); pass the repair task JSON "
+            "(pytest-e2b-env docs catalog), e.g. load_task('weekly-sales')"
         ) from None
     try:
         return RepairTask.model_validate(data)
@@ -126,7 +126,8 @@ def parse_task(value: str | Mapping[str, Any] | RepairTask) -> RepairTask:
         where = ".".join(str(part) for part in first["loc"]) or "task"
         task_id = data.get("id", "?") if isinstance(data, dict) else "?"
         raise ConfigError(
-            f"task {task_id!r}: field {where!r}: {first['msg']}; see the repair-task schema (docs/catalog.md)"
+            f"task {task_id!r}: field {where!r}: {first['msg']}; "
+            "see the repair-task schema (pytest-e2b-env docs catalog)"
         ) from None
 
 

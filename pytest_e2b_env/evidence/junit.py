@@ -42,19 +42,48 @@ def name_text(text: str) -> str:
     return visible(text).replace("\t", "\\t").replace("\n", "\\n")
 
 
+#: Testcase properties of a relaxed case (the bundle's junit.xml and pytest's ``--junitxml`` alike).
+STATUS_PROPERTY = "e2b_status"
+RELAXED_PROPERTY = "e2b_relaxed"
+
+
 def _failure_message(case: Mapping[str, Any]) -> str:
-    failed = [str(c.get("id")) for c in case.get("criteria") or [] if not c.get("passed")]
-    parts = [str(case.get("reason") or "").strip()]
-    if failed:
-        parts.append("failed criteria: " + ", ".join(failed))
-    message = "; ".join(p for p in parts if p)
+    """The reason, and the failed criteria unless the reason already lists them (it usually does)."""
+    failed = [
+        str(c.get("id")) for c in case.get("criteria") or [] if not c.get("passed") and not c.get("relaxed")
+    ]
+    reason = str(case.get("reason") or "").strip()
+    listed = "failed criteria: " + ", ".join(failed) if failed else ""
+    message = f"{reason}; {listed}" if reason and listed and listed not in reason else reason or listed
     return visible(message or f"case {case.get('id')} {case.get('status')} without a recorded reason")
+
+
+def relaxed_note(case: Mapping[str, Any]) -> str:
+    """What a relaxed case's testcase says: which criteria failed under which relaxed policies.
+
+    A relaxed case is written as a pass (only policy criteria the user relaxed by name failed), so
+    this note and the ``e2b_status`` property are what tell it from a real one.
+    """
+    relaxed = [c for c in case.get("criteria") or [] if c.get("relaxed")]
+    ids = ", ".join(str(c.get("id")) for c in relaxed) or "none recorded"
+    policies = (
+        ", ".join(sorted({str(c.get("policy")) for c in relaxed if c.get("policy")})) or "none recorded"
+    )
+    return visible(
+        f"relaxed, not passed: policy criteria {ids} failed and e2b_relax relaxes {policies}; "
+        "safety criteria all held"
+    )
+
+
+def relaxed_properties(case: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The testcase properties that mark a relaxed case."""
+    return [(STATUS_PROPERTY, "relaxed"), (RELAXED_PROPERTY, relaxed_note(case))]
 
 
 def _details(case: Mapping[str, Any]) -> str:
     lines = []
     for criterion in case.get("criteria") or []:
-        mark = "PASS" if criterion.get("passed") else "FAIL"
+        mark = "PASS" if criterion.get("passed") else "RELAXED" if criterion.get("relaxed") else "FAIL"
         lines.append(
             f"[{mark}] {criterion.get('id')}: {criterion.get('description')}"
             f" expected={criterion.get('expected')!r} actual={criterion.get('actual')!r}"
@@ -92,6 +121,8 @@ def build_junit(cases: Sequence[Mapping[str, Any]], properties: Mapping[str, Any
             test_case.add_error_info(message=_failure_message(case), output=_details(case), error_type=kind)
         elif status == "skipped":
             test_case.add_skipped_info(message=visible(str(case.get("reason") or "skipped without a reason")))
+        elif status == "relaxed":
+            test_case.stdout = relaxed_note(case)
         test_cases.append(test_case)
     suite = TestSuite(
         SUITE_NAME,
@@ -99,9 +130,35 @@ def build_junit(cases: Sequence[Mapping[str, Any]], properties: Mapping[str, Any
         timestamp=timestamp,
         properties={str(k): visible(str(v)) for k, v in properties.items()},
     )
-    text = to_xml_report_string([suite], prettyprint=True, encoding="utf-8")
+    text = _mark_relaxed(to_xml_report_string([suite], prettyprint=True, encoding="utf-8"), cases)
     _check_counts(text, cases)
     return text
+
+
+def _mark_relaxed(text: str, cases: Sequence[Mapping[str, Any]]) -> str:
+    """Give each relaxed case's testcase its properties, first, as pytest writes a testcase's own.
+
+    junit-xml has no testcase properties; the document is parsed back and written again.
+    """
+    relaxed = {name_text(str(c.get("id"))): c for c in cases if c.get("status") == "relaxed"}
+    if not relaxed:
+        return text
+    root = ET.fromstring(text.encode("utf-8"))
+    for testcase in root.iter("testcase"):
+        case = relaxed.get(testcase.get("name") or "")
+        if case is not None:
+            node = ET.Element("properties")
+            for name, value in relaxed_properties(case):
+                ET.SubElement(node, "property", name=name, value=value)
+            testcase.insert(0, node)
+    ET.indent(root, space="\t")
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def properties_of(testcase: ET.Element) -> dict[str, str]:
+    """A testcase's own properties (not the suite's)."""
+    node = testcase.find("properties")
+    return {} if node is None else {str(p.get("name")): str(p.get("value")) for p in node.iter("property")}
 
 
 def _check_counts(text: str, cases: Sequence[Mapping[str, Any]]) -> None:

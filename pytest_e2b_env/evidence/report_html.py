@@ -1,31 +1,28 @@
 """index.html: the bundle's human summary, one self-contained page (inline CSS and SVG, no script).
 
-A reviewer sees the verdict first, then pass/fail per family with timings, the reward
-distributions, every case's expectation beside its observation, and cleanup status. All
-inputs are already redacted; everything is escaped here.
+A reviewer sees the verdict first and, right below it, every failure (safety apart from policy,
+each linked to its case), then the run's facts, pass/fail per family with timings, the reward
+distributions per family, every case's expectation beside its observation (folded for the cases
+that passed), and cleanup status with the case that owned each sandbox. All inputs are already
+redacted; everything is escaped here.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
 from pytest_e2b_env.evidence.coverage import run_verdict
+from pytest_e2b_env.evidence.html_bits import COLOURS, STATUS_ORDER, anchors, badge, link
+from pytest_e2b_env.evidence.report_failures import failures_section
+from pytest_e2b_env.evidence.report_plots import rewards_section
 
-STATUS_ORDER = ("passed", "relaxed", "failed", "error", "missing", "skipped")
-_COLOURS = {
-    "passed": "#1a7f37",
-    "relaxed": "#bf8700",
-    "failed": "#cf222e",
-    "error": "#9a3412",
-    "missing": "#8250df",
-    "skipped": "#6e7781",
-}
+#: Cases whose expectation and observation are folded (the ones a reviewer rarely needs open).
+FOLDED = ("passed", "skipped")
 # Long expectations/observations are cut on the page; the full text is in report.json.
 _MAX_JSON = 4000
 _FLAT_LIST = re.compile(r"\[\s*\n([^\[\]{}]*?)\n\s*\]")
@@ -46,6 +43,14 @@ background:#f6f8fa;padding:4px 6px;font:12px/1.35 ui-monospace,monospace}
 .meta td:first-child{width:180px;color:#57606a}.muted{color:#57606a}
 .problems li{color:#cf222e}.plots{display:flex;gap:24px;flex-wrap:wrap}
 ul.crit{margin:4px 0;padding-left:18px}.links{font-size:12px;margin-top:4px}ul.crit li.fail{color:#cf222e}
+ul.crit li.relaxed{color:#9a6700}
+table#failures{table-layout:fixed}table#failures col.f1{width:26%}table#failures col.f2{width:9%}
+table#failures col.f3{width:7%}table#failures col.f4{width:7%}table#failures td{padding:2px 8px}
+table#failures tr.group th{background:#fff;font-weight:600;padding-top:8px}
+tbody.kind-safety tr.group th{color:#cf222e}tbody.kind-policy tr.group th{color:#9a6700}
+.plots figure{margin:0}.plots figcaption{font-size:12px;color:#57606a}
+details.fold summary{cursor:pointer;color:#57606a;font-size:12px}tr.case:target{outline:3px solid #0969da}
+td.when{white-space:nowrap;font-variant-numeric:tabular-nums}
 """
 
 
@@ -59,13 +64,20 @@ def render_index(
 ) -> str:
     """Return the whole index.html for a bundle (inputs must already be redacted)."""
     run_id = str(manifest.get("run_id", ""))
+    by_id: dict[str, Mapping[str, Any]] = {}
+    for case in cases:
+        by_id.setdefault(str(case.get("id")), case)
+    ids = anchors(str(e.get("id")) for e in coverage.get("cases", []))
     body = [
         _header(manifest, coverage, problems),
+        failures_section(coverage, by_id, ids),
+        _problems(problems),
+        _facts(manifest),
         _families(coverage),
-        _rewards(cases),
-        _cases(coverage, cases),
+        rewards_section(cases),
+        _cases(coverage, by_id, ids),
         _tasks(tasks) if tasks else "",
-        _cleanup(cleanup),
+        _cleanup(cleanup, ids),
     ]
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
@@ -94,7 +106,7 @@ def _tasks(tasks: Mapping[str, Any]) -> str:
             if c.get("status") not in ("passed", "skipped")
         )
         cells = "".join(
-            f"<td>{_badge(str(checks[name].get('status')))}</td>" if name in checks else "<td>-</td>"
+            f"<td>{badge(str(checks[name].get('status')))}</td>" if name in checks else "<td>-</td>"
             for name in ("oracle", "floor", "repeat")
         )
         name = escape(str(task.get("task_id")))
@@ -114,15 +126,30 @@ def _tasks(tasks: Mapping[str, Any]) -> str:
     )
 
 
-def _badge(status: str) -> str:
-    colour = _COLOURS.get(status, "#57606a")
-    return f"<span class='badge status-{escape(status)}' style='background:{colour}'>{escape(status)}</span>"
-
-
 def _header(manifest: Mapping[str, Any], coverage: Mapping[str, Any], problems: Sequence[str]) -> str:
+    """The run id, the verdict and the counts: what the first glance needs."""
     counts = coverage.get("counts", {})
     verdict = run_verdict(coverage, problems)
-    colour = _COLOURS[{"INCOMPLETE": "missing", "PASSED": "passed", "FAILED": "failed"}[verdict]]
+    colour = COLOURS[{"INCOMPLETE": "missing", "PASSED": "passed", "FAILED": "failed"}[verdict]]
+    totals = ", ".join(f"{counts.get(s, 0)} {s}" for s in STATUS_ORDER)
+    return "\n".join(
+        [
+            f"<h1>Evidence for run <code>{escape(str(manifest.get('run_id')))}</code></h1>",
+            f"<div class='verdict' id='verdict' style='background:{colour}'>{verdict}</div>",
+            f"<p id='totals'>{escape(totals)}</p>",
+        ]
+    )
+
+
+def _problems(problems: Sequence[str]) -> str:
+    if not problems:
+        return ""
+    items = "".join(f"<li>{escape(p)}</li>" for p in problems)
+    return f"<h2>Problems with this run</h2><ul class='problems' id='problems'>{items}</ul>"
+
+
+def _facts(manifest: Mapping[str, Any]) -> str:
+    """Mode, target, isolation, subjects and their sources, git, catalog, packages."""
     git = manifest.get("git") or {}
     packages = manifest.get("packages") or {}
     platform = manifest.get("platform") or {}
@@ -140,19 +167,8 @@ def _header(manifest: Mapping[str, Any], coverage: Mapping[str, Any], problems: 
         ("python / platform", f"{platform.get('python')} on {platform.get('platform')}"),
         ("packages", ", ".join(f"{k} {v}" for k, v in packages.items() if v)),
     ]
-    totals = ", ".join(f"{counts.get(s, 0)} {s}" for s in STATUS_ORDER)
-    out = [
-        f"<h1>Evidence for run <code>{escape(str(manifest.get('run_id')))}</code></h1>",
-        f"<div class='verdict' id='verdict' style='background:{colour}'>{verdict}</div>",
-        f"<p id='totals'>{escape(totals)}</p>",
-        "<table class='meta'>"
-        + "".join(f"<tr><td>{escape(k)}</td><td>{escape(str(v))}</td></tr>" for k, v in rows)
-        + "</table>",
-    ]
-    if problems:
-        items = "".join(f"<li>{escape(p)}</li>" for p in problems)
-        out.append(f"<h2>Problems with this run</h2><ul class='problems' id='problems'>{items}</ul>")
-    return "\n".join(out)
+    cells = "".join(f"<tr><td>{escape(k)}</td><td>{escape(str(v))}</td></tr>" for k, v in rows)
+    return f"<h2>The run</h2><table class='meta' id='facts'>{cells}</table>"
 
 
 def _subject_rows(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -183,8 +199,8 @@ def _families(coverage: Mapping[str, Any]) -> str:
         bar = f"<svg width='124' height='10'><rect width='{width}' height='10' fill='#0969da'/></svg>"
         cells = "".join(f"<td class='num'>{int(fam.get(s, 0))}</td>" for s in STATUS_ORDER)
         rows.append(
-            f"<tr data-family='{escape(name)}'><td>{escape(name)}</td>"
-            f"<td>{_badge(_family_result(fam))}</td>{cells}"
+            f"<tr data-family='{escape(name)}'><td><a href='#{_family_anchor(name)}'>{escape(name)}</a></td>"
+            f"<td>{badge(_family_result(fam))}</td>{cells}"
             f"<td class='num'>{seconds:.2f}</td><td>{bar}</td></tr>"
         )
     head = "".join(f"<th>{s}</th>" for s in STATUS_ORDER)
@@ -194,78 +210,14 @@ def _families(coverage: Mapping[str, Any]) -> str:
     )
 
 
+def _family_anchor(family: str) -> str:
+    return "family-" + re.sub(r"[^A-Za-z0-9_-]", "_", family)
+
+
 def _family_result(fam: Mapping[str, Any]) -> str:
     if any(int(fam.get(s, 0)) for s in ("failed", "error", "missing")):
         return "failed"
     return "passed" if int(fam.get("passed", 0)) else "skipped"
-
-
-def _reward_values(cases: Iterable[Mapping[str, Any]]) -> dict[str, tuple[list[float], int]]:
-    """Per subject: the numeric rewards in [0, 1] and how many rewards were anything else."""
-    out: dict[str, tuple[list[float], int]] = {}
-    for case in cases:
-        rewards = case.get("rewards")
-        if not isinstance(rewards, list):
-            continue
-        values, odd = out.get(str(case.get("subject")), ([], 0))
-        for r in rewards:
-            if isinstance(r, int | float) and not isinstance(r, bool) and math.isfinite(r) and 0 <= r <= 1:
-                values.append(float(r))
-            else:
-                odd += 1
-        out[str(case.get("subject"))] = (values, odd)
-    return out
-
-
-def histogram_svg(values: Sequence[float], title: str, bins: int = 10) -> str:
-    """An inline SVG histogram of rewards in [0, 1] (the last bin includes 1.0)."""
-    counts = [0] * bins
-    for v in values:
-        counts[min(int(v * bins), bins - 1)] += 1
-    width, height, left, bottom = 360, 170, 34, 24
-    plot_w, plot_h = width - left - 8, height - bottom - 22
-    top = max([*counts, 1])
-    bar_w = plot_w / bins
-    base = height - bottom
-    parts = [
-        f"<svg width='{width}' height='{height}' role='img' class='histogram' aria-label='{escape(title)}'>",
-        f"<text x='{left}' y='14' font-size='13' font-weight='600'>{escape(title)}</text>",
-        f"<line x1='{left}' y1='{base}' x2='{width - 8}' y2='{base}' stroke='#57606a'/>",
-        f"<line x1='{left}' y1='22' x2='{left}' y2='{height - bottom}' stroke='#57606a'/>",
-        f"<text x='{left - 4}' y='30' font-size='11' text-anchor='end'>{top}</text>",
-        f"<text x='{left - 4}' y='{height - bottom}' font-size='11' text-anchor='end'>0</text>",
-    ]
-    for i, count in enumerate(counts):
-        h = plot_h * count / top
-        x = left + i * bar_w + 1
-        y = height - bottom - h
-        lo, hi = i / bins, (i + 1) / bins
-        parts.append(
-            f"<rect x='{x:.1f}' y='{y:.1f}' width='{bar_w - 2:.1f}' height='{h:.1f}' fill='#0969da'>"
-            f"<title>{lo:.1f}-{hi:.1f}: {count}</title></rect>"
-        )
-    for label in (0.0, 0.5, 1.0):
-        x = left + label * plot_w
-        parts.append(
-            f"<text x='{x:.1f}' y='{height - 8}' font-size='11' text-anchor='middle'>{label:g}</text>"
-        )
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-def _rewards(cases: Sequence[Mapping[str, Any]]) -> str:
-    per_subject = _reward_values(cases)
-    if not per_subject:
-        return "<h2>Reward distributions</h2><p class='muted'>No case recorded rewards.</p>"
-    plots = []
-    for subject, (values, odd) in sorted(per_subject.items()):
-        mean = f", mean {sum(values) / len(values):.3f}" if values else ""
-        note = f"{len(values)} rewards{mean}" + (f"; {odd} outside [0, 1] or not a number" if odd else "")
-        plots.append(
-            f"<figure>{histogram_svg(values, f'{subject}: rewards')}<figcaption>{escape(note)}</figcaption>"
-            "</figure>"
-        )
-    return f"<h2>Reward distributions</h2><div class='plots' id='rewards'>{''.join(plots)}</div>"
 
 
 def _json_block(value: Any) -> str:
@@ -280,9 +232,11 @@ def _json_block(value: Any) -> str:
 def _criteria(case: Mapping[str, Any]) -> str:
     items = []
     for c in case.get("criteria") or []:
-        cls = "pass" if c.get("passed") else "fail"
-        mark = "&#10003;" if c.get("passed") else "&#10007;"
+        cls = "pass" if c.get("passed") else "relaxed" if c.get("relaxed") else "fail"
+        mark = "&#10003;" if c.get("passed") else "~" if c.get("relaxed") else "&#10007;"
         detail = f" (expected {c.get('expected')!r}, got {c.get('actual')!r})" if not c.get("passed") else ""
+        if c.get("severity") == "policy" and not c.get("passed"):
+            detail += f" [policy {c.get('policy')}{', relaxed' if c.get('relaxed') else ''}]"
         items.append(f"<li class='{cls}'>{mark} {escape(str(c.get('id')))}{escape(detail)}</li>")
     for e in case.get("exceptions") or []:
         items.append(
@@ -291,39 +245,44 @@ def _criteria(case: Mapping[str, Any]) -> str:
     return f"<ul class='crit'>{''.join(items)}</ul>" if items else ""
 
 
-def _cases(coverage: Mapping[str, Any], cases: Sequence[Mapping[str, Any]]) -> str:
-    by_id: dict[str, Mapping[str, Any]] = {}
-    for case in cases:
-        by_id.setdefault(str(case.get("id")), case)
+def _cases(coverage: Mapping[str, Any], by_id: Mapping[str, Mapping[str, Any]], ids: dict[str, str]) -> str:
     by_family: dict[str, list[Mapping[str, Any]]] = {}
     for entry in coverage.get("cases", []):
         by_family.setdefault(str(entry.get("family")), []).append(entry)
     out = ["<h2>Cases: expectation vs observation</h2>"]
     for family, entries in sorted(by_family.items()):
-        if family == "unknown":
-            family = "unknown family (cases that never reported)"
+        title = "unknown family (cases that never reported)" if family == "unknown" else family
         rows = []
         for entry in entries:
-            case = by_id.get(str(entry.get("id")), {})
+            case_id = str(entry.get("id"))
+            case = by_id.get(case_id, {})
             seconds = entry.get("seconds")
             reason = entry.get("reason") or ""
+            status = str(entry.get("status"))
+            expected, observed = _json_block(case.get("expected", {})), _observed(case)
+            if status in FOLDED:
+                expected, observed = _fold("expected", expected), _fold("observed", observed)
             rows.append(
-                f"<tr class='case' data-case='{escape(str(entry.get('id')))}' data-status='"
-                f"{escape(str(entry.get('status')))}'><td><code>{escape(str(entry.get('id')))}</code><br>"
+                f"<tr class='case' id='{ids.get(case_id, '')}' data-case='{escape(case_id)}' data-status='"
+                f"{escape(status)}'><td><code>{escape(case_id)}</code><br>"
                 f"<span class='muted'>{escape(str(case.get('description') or ''))}</span>{_links(case)}</td>"
-                f"<td>{escape(str(entry.get('subject')))}</td><td>{_badge(str(entry.get('status')))}"
+                f"<td>{escape(str(entry.get('subject')))}</td><td>{badge(status)}"
                 f"<div>{escape(str(reason))}</div>{_criteria(case)}</td>"
                 f"<td class='num'>{'' if seconds is None else f'{float(seconds):.2f}'}</td>"
-                f"<td>{_json_block(case.get('expected', {}))}</td>"
-                f"<td>{_observed(case)}</td></tr>"
+                f"<td>{expected}</td><td>{observed}</td></tr>"
             )
         out.append(
-            f"<h3>{escape(family)}</h3><table class='cases'>"
+            f"<h3 id='{_family_anchor(family)}'>{escape(title)}</h3><table class='cases'>"
             "<colgroup><col class='c1'><col class='c2'><col class='c3'><col class='c4'><col class='c5'>"
             "<col class='c6'></colgroup><tr><th>case</th><th>subject</th><th>verdict</th>"
             f"<th>seconds</th><th>expected</th><th>observed</th></tr>{''.join(rows)}</table>"
         )
     return "\n".join(out)
+
+
+def _fold(label: str, block: str) -> str:
+    """A passing case's expectation or observation, one click away instead of a screenful."""
+    return f"<details class='fold'><summary>{label}</summary>{block}</details>"
 
 
 def _links(case: Mapping[str, Any]) -> str:
@@ -358,14 +317,14 @@ def _when(value: Any) -> str:
 
 def _cleanup_badge(status: str) -> str:
     colour = {
-        "confirmed_absent": _COLOURS["passed"],
-        "error_confirmed_absent": _COLOURS["error"],
-        "error": _COLOURS["failed"],
-    }.get(status, _COLOURS["missing"])
-    return f"<span class='badge' style='background:{colour}'>{escape(status.replace('_', ' '))}</span>"
+        "confirmed_absent": COLOURS["passed"],
+        "error_confirmed_absent": COLOURS["error"],
+        "error": COLOURS["failed"],
+    }.get(status, COLOURS["missing"])
+    return badge(status, colour)
 
 
-def _cleanup(cleanup: Mapping[str, Any]) -> str:
+def _cleanup(cleanup: Mapping[str, Any], ids: dict[str, str]) -> str:
     summary = cleanup.get("summary", {})
     unresolved = summary.get("unresolved") or []
     status = "failed" if unresolved or summary.get("errors") else "passed"
@@ -375,15 +334,16 @@ def _cleanup(cleanup: Mapping[str, Any]) -> str:
         f"{summary.get('errors', 0)} errors, {len(unresolved)} unresolved"
     )
     rows = "".join(
-        f"<tr><td><code>{escape(str(r.get('sandbox_id')))}</code></td><td>{escape(str(r.get('role')))}</td>"
-        f"<td>{escape(_when(r.get('created_at')))}</td>"
-        f"<td>{escape(_when(r.get('confirmed_absent_at')))}</td>"
+        f"<tr><td><code>{escape(str(r.get('sandbox_id')))}</code></td>"
+        f"<td>{link(str(r['case']), ids) if r.get('case') else '-'}</td><td>{escape(str(r.get('role')))}</td>"
+        f"<td class='when'>{escape(_when(r.get('created_at')))}</td>"
+        f"<td class='when'>{escape(_when(r.get('confirmed_absent_at')))}</td>"
         f"<td>{_cleanup_badge(str(r.get('status')))} "
         f"{escape(str(r.get('error') or ''))}</td></tr>"
         for r in cleanup.get("records", [])
     )
     return (
-        f"<h2>Cleanup</h2><p id='cleanup-summary'>{_badge(status)} {escape(text)}</p>"
-        "<table id='cleanup'><tr><th>sandbox</th><th>role</th><th>created</th><th>confirmed absent</th>"
-        f"<th>status</th></tr>{rows}</table>"
+        f"<h2>Cleanup</h2><p id='cleanup-summary'>{badge(status)} {escape(text)}</p>"
+        "<table id='cleanup'><tr><th>sandbox</th><th>case</th><th>role</th><th>created</th>"
+        f"<th>confirmed absent</th><th>status</th></tr>{rows}</table>"
     )

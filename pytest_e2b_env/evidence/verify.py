@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_e2b_env.evidence.checksums import SUMS_NAME, bundle_files, check_sums
-from pytest_e2b_env.evidence.junit import name_text
+from pytest_e2b_env.evidence.junit import STATUS_PROPERTY, name_text, properties_of
 from pytest_e2b_env.evidence.redaction import Redactor
 
 REQUIRED_FILES = (
@@ -210,7 +210,13 @@ def _check_junit(root: Path, entries: list[dict[str, Any]], problems: list[str])
     bad_status = {
         name_text(str(e.get("id"))) for e in entries if e.get("status") in ("failed", "error", "missing")
     }
+    relaxed = {name_text(str(e.get("id"))) for e in entries if e.get("status") == "relaxed"}
     for testcase in testcases:
+        marked = properties_of(testcase).get(STATUS_PROPERTY) == "relaxed"
+        if testcase.get("name") in relaxed and not marked:
+            problems.append(
+                f"junit.xml: {testcase.get('name')} relaxed in coverage.json but a plain pass in junit.xml"
+            )
         outcome = testcase.find("failure")
         if outcome is None:
             outcome = testcase.find("error")

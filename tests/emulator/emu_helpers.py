@@ -6,6 +6,20 @@ import os
 import time
 from collections.abc import Callable
 
+import pytest
+
+
+def needs_sdk(has: bool, feature: str, since: str) -> None:
+    """Skip a test of an SDK feature the installed e2b predates (the range allows releases before it).
+
+    The skip reason has one shape, ``e2b 2.57.0 has no <feature> (e2b <since>+)``, which
+    tests/meta/test_sdk_range.py accepts at the low end of the range and nowhere else.
+    """
+    if not has:
+        from importlib.metadata import version
+
+        pytest.skip(f"e2b {version('e2b')} has no {feature} (e2b {since}+)")
+
 
 def eventually(check: Callable[[], bool], within: float = 10.0, what: str = "condition") -> None:
     """Poll ``check`` until it holds; fail after ``within`` seconds (a bound, not a timing claim)."""

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from e2b import Sandbox, TimeoutException
+from emu_helpers import needs_sdk
 
 from pytest_e2b_env.emulator import Emulator
 from pytest_e2b_env.errors import EmulatorError
@@ -63,6 +64,7 @@ def test_envd_needs_the_sandbox_access_token(emu: Emulator, sbx: Any) -> None:
 
 def test_stream_input_feeds_stdin(sbx: Any) -> None:
     """commands.stream_input sends an iterable of chunks to a command's stdin in order."""
+    needs_sdk(hasattr(sbx.commands, "stream_input"), "commands.stream_input", "2.58")
     handle = sbx.commands.run("cat", background=True, stdin=True)
     sbx.commands.stream_input(handle.pid, ["a", b"b", "c\n"])
     sbx.commands.close_stdin(handle.pid)

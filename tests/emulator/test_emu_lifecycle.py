@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 import urllib.error
@@ -18,7 +19,7 @@ from e2b import (
     SandboxQuery,
     SandboxState,
 )
-from emu_helpers import eventually
+from emu_helpers import eventually, needs_sdk
 
 from pytest_e2b_env.emulator import Emulator
 
@@ -207,6 +208,8 @@ def test_unknown_sandbox_on_envd_gets_edge_502(emu: Emulator) -> None:
 
 def test_idempotency_key_returns_the_same_sandbox(opts: dict[str, str]) -> None:
     """A create repeated with the same idempotency_key returns the sandbox the first one made."""
+    accepted = "idempotency_key" in inspect.signature(Sandbox.create).parameters
+    needs_sdk(accepted, "Sandbox.create(idempotency_key=)", "2.61")
     first = Sandbox.create(idempotency_key="test-idem-1", **opts)
     try:
         again = Sandbox.create(idempotency_key="test-idem-1", **opts)

@@ -74,7 +74,7 @@ def test_bad_task_names_field_and_fix(change: dict[str, object], message: str) -
         parse_task(data)
     assert str(raised.value).startswith("task 'weekly-sales': ")
     assert message in str(raised.value)
-    assert str(raised.value).endswith("see the repair-task schema (docs/catalog.md)")
+    assert str(raised.value).endswith("see the repair-task schema (pytest-e2b-env docs catalog)")
 
 
 def test_task_as_json_text_or_dict() -> None:

@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 
 from evidence_helpers import CASES, IDS, case
 
-from pytest_e2b_env.evidence.junit import build_junit, junit_counts, visible
+from pytest_e2b_env.evidence.junit import build_junit, junit_counts, properties_of, visible
 
 
 def _parse(bundle):
@@ -75,7 +75,7 @@ def test_control_characters_stay_visible():
 def test_suite_properties_hold_run_facts_not_environment(make_bundle):
     """Suite properties carry run id and mode, and nothing from the environment."""
     root = _parse(make_bundle())
-    props = {p.get("name"): p.get("value") for p in root.iter("property")}
+    props = {p.get("name"): p.get("value") for p in root.iterfind("testsuite/properties/property")}
     assert props == {"run_id": "run-1", "mode": "offline", "started_at": props["started_at"]}
 
 
@@ -89,3 +89,60 @@ def test_counts_match_statuses(make_bundle):
         "errors": statuses.count("error"),
         "skipped": statuses.count("skipped"),
     }
+
+
+def _policy(cid: str, policy: str, passed: bool = False, relaxed: bool = True) -> dict:
+    return {
+        "id": cid,
+        "description": cid,
+        "passed": passed,
+        "expected": True,
+        "actual": False,
+        "severity": "policy",
+        "policy": policy,
+        "relaxed": relaxed,
+    }
+
+
+def test_the_runners_reason_is_not_said_twice():
+    """A reason that lists the failed criteria (the catalog's own) is the whole message."""
+    record = case("doubled", "failed", reason="failed criteria: rewards")
+    failure = ET.fromstring(build_junit([record], {}, "t").encode()).find(".//failure")
+    assert failure is not None
+    assert failure.get("message") == "failed criteria: rewards"
+
+
+def test_relaxed_criteria_of_a_failed_case_are_not_its_failures():
+    """A failed case's relaxed policy criteria are marked RELAXED, not listed as failed criteria."""
+    criteria = [*case("mixed", "failed")["criteria"], _policy("no_run", "fence-variants")]
+    record = case("mixed", "failed", reason="failed criteria: rewards", criteria=criteria)
+    failure = ET.fromstring(build_junit([record], {}, "t").encode()).find(".//failure")
+    assert failure is not None
+    assert failure.get("message") == "failed criteria: rewards"
+    assert "[FAIL] rewards:" in (failure.text or "")
+    assert "[RELAXED] no_run:" in (failure.text or "")
+
+
+def test_relaxed_case_is_a_pass_marked_with_a_property_and_a_note():
+    """A relaxed case counts as a pass but carries e2b_status=relaxed and a note naming the policies."""
+    criteria = [
+        {**case("r")["criteria"][0]},
+        _policy("no_run", "fence-variants"),
+        _policy("json_types", "json-types"),
+    ]
+    record = case(
+        "r", "relaxed", reason="relaxed policy criteria failed: no_run, json_types", criteria=criteria
+    )
+    text = build_junit([record, case("plain")], {"run_id": "r1"}, "t")
+    assert junit_counts(text) == {"tests": 2, "failures": 0, "errors": 0, "skipped": 0}
+    root = ET.fromstring(text.encode())
+    by_name = {t.get("name"): t for t in root.iter("testcase")}
+    note = (
+        "relaxed, not passed: policy criteria no_run, json_types failed and e2b_relax relaxes "
+        "fence-variants, json-types; safety criteria all held"
+    )
+    assert properties_of(by_name["r"]) == {"e2b_status": "relaxed", "e2b_relaxed": note}
+    assert by_name["r"][0].tag == "properties"  # first, as pytest writes a testcase's own
+    assert by_name["r"].findtext("system-out") == note
+    assert properties_of(by_name["plain"]) == {}
+    assert {p.get("name") for p in root.iterfind("testsuite/properties/property")} == {"run_id"}

@@ -155,6 +155,20 @@ def test_failure_turned_pass_in_junit_is_detected(make_bundle):
     assert "junit.xml: reward-lost-worker-twice failed in coverage.json but passes in junit.xml" in problems
 
 
+def test_relaxed_case_unmarked_in_junit_is_detected(make_bundle):
+    """A relaxed case whose testcase lost its e2b_status property reads as a plain pass: reported."""
+    relaxed = case("reward-relaxed", "relaxed", reason="relaxed policy criteria failed: no_run")
+    bundle = make_bundle(cases=[relaxed], expected=["reward-relaxed"])
+    assert verify_bundle(bundle) == []
+    junit = (bundle / "junit.xml").read_text()
+    start = junit.index("<properties>", junit.index('<testcase name="reward-relaxed"'))
+    end = junit.index("</properties>", start) + len("</properties>")
+    (bundle / "junit.xml").write_text(junit[:start] + junit[end:])
+    write_sums(bundle)
+    problems = verify_bundle(bundle)
+    assert "junit.xml: reward-relaxed relaxed in coverage.json but a plain pass in junit.xml" in problems
+
+
 @pytest.mark.parametrize(
     "markup",
     [

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -60,7 +61,7 @@ def test_manifest_records_run_facts(make_bundle):
     assert set(manifest["git"]) == {"head", "dirty", "dirty_digest", "repository"}
     assert manifest["platform"]["python"].startswith("3.")
     assert {"e2b", "openenv", "trl", "pytest", "pytest-e2b-env"} <= set(manifest["packages"])
-    assert manifest["packages"]["e2b"] == "2.63.0"
+    assert manifest["packages"]["e2b"] == version("e2b")  # the installed one: the range is wide
     assert manifest["family_seconds"] == {"good": 0.5}
     assert manifest["complete"] is True
     assert manifest["problems"] == []

@@ -15,7 +15,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 #: what a source distribution holds: enough to build the wheel or an editable install
-SOURCES = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "pytest_e2b_env", "cases", "fixtures")
+SOURCES = (
+    "pyproject.toml",
+    "setup.py",
+    "README.md",
+    "LICENSE",
+    "pytest_e2b_env",
+    "cases",
+    "fixtures",
+    "docs",
+)
 INSTALL_TIMEOUT = 900
 RUN_TIMEOUT = 600
 

@@ -18,6 +18,7 @@ import pytest
 from install_helpers import (
     INSTALL_TIMEOUT,
     PROBE,
+    ROOT,
     base_python,
     build_wheel,
     clean_env,
@@ -156,8 +157,26 @@ def test_user_install_runs_the_catalog(work: Path, wheel: Path) -> None:
     _check_bundle(project, [python, "-m", "pytest_e2b_env.cli", "verify-evidence"], env)
 
 
+def _check_docs_command(target: Path, cwd: Path) -> None:
+    """The console script of a --target install prints the docs the wheel carries, every page of them."""
+    env = clean_env(PYTHONPATH=str(target))
+    shipped = target / "pytest_e2b_env" / "_data" / "docs"
+    pages = sorted(p.stem for p in (ROOT / "docs").glob("*.md"))
+    assert sorted(p.stem for p in shipped.glob("*.md")) == pages
+    listed = run([target / "bin" / "pytest-e2b-env", "docs"], cwd=cwd, env=env)
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    assert [line.split()[0] for line in listed.stdout.splitlines()[2 : 2 + len(pages)]] == pages
+    assert listed.stdout.rstrip().endswith(f"The pages are Markdown files in {shipped}")
+    page = run([target / "bin" / "pytest-e2b-env", "docs", "plugin"], cwd=cwd, env=env)
+    assert page.returncode == 0, page.stderr[-3000:]
+    assert page.stdout == (ROOT / "docs" / "plugin.md").read_text(encoding="utf-8")
+    unknown = run([target / "bin" / "pytest-e2b-env", "docs", "nope"], cwd=cwd, env=env)
+    assert unknown.returncode == 2
+    assert "known topics: architecture, catalog," in unknown.stderr
+
+
 def test_target_editable_and_checkout_layouts_find_the_data(work: Path, wheel: Path) -> None:
-    """--target plus PYTHONPATH reads the package data; editable and PYTHONPATH checkouts read the sources."""
+    """--target plus PYTHONPATH reads the package data (docs too); editable and checkouts read the sources."""
     target = work / "target"
     done = run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", target, wheel],
@@ -168,6 +187,7 @@ def test_target_editable_and_checkout_layouts_find_the_data(work: Path, wheel: P
     found = _probe(sys.executable, work, PYTHONPATH=str(target))
     assert found["package"] == str(target / "pytest_e2b_env" / "__init__.py")
     assert found["data"] == str(target / "pytest_e2b_env" / "_data")
+    _check_docs_command(target, work)
 
     src = copy_sources(work / "editable-src")
     python = make_venv(work / "editable-venv")

@@ -75,7 +75,7 @@ def test_misspelled_ini_key_is_a_usage_error_with_the_fix(pytester: pytest.Pytes
     result.stderr.fnmatch_lines(
         [
             f"ERROR: unknown ini key 'e2b_reward_subjct' in {pytester.path / 'tox.ini'}: "
-            "did you mean 'e2b_reward_subject'? (docs/plugin.md lists every key)"
+            "did you mean 'e2b_reward_subject'? (pytest-e2b-env docs plugin lists every key)"
         ]
     )
 

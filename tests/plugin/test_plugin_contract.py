@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 from plugin_helpers import only_bundle, read_json, write_project
@@ -71,6 +73,64 @@ def test_relaxed_policy_is_a_warning_recorded_in_the_bundle(pytester: pytest.Pyt
     no_run = next(c for c in report["criteria"] if c["id"] == "no_run")
     assert (no_run["severity"], no_run["policy"], no_run["relaxed"]) == ("policy", "fence-variants", True)
     assert "relaxed policies" in (bundle / "index.html").read_text()
+
+
+def _testcase(path: Path, name: str) -> ET.Element:
+    (testcase,) = [t for t in ET.parse(path).getroot().iter("testcase") if t.get("name") == name]
+    return testcase
+
+
+def _properties(testcase: ET.Element) -> dict[str, str | None]:
+    return {p.get("name") or "": p.get("value") for p in testcase.iterfind("properties/property")}
+
+
+@pytest.mark.parametrize("xdist", [[], ["-p", "xdist", "-n", "2"]], ids=["serial", "xdist"])
+def test_a_failed_case_is_said_once_in_either_junit(pytester: pytest.Pytester, xdist: list[str]) -> None:
+    """pytest's --junitxml and the bundle's junit.xml name a failure in one line, the account once."""
+    _project(pytester, relax="")
+    args = ["--e2b-evidence", "ev", "--junitxml", "out.xml", "-ra", *xdist]
+    result = pytester.runpytest_subprocess(*args) if xdist else pytester.runpytest(*args)
+    result.assert_outcomes(failed=1)
+    summary = "case reward-tiny-unfenced failed: failed criteria: no_run"
+    # -ra names it by the same line (cut to the terminal's width)
+    result.stdout.fnmatch_lines(
+        ["FAILED e2b-catalog::reward-tiny-unfenced - case reward-tiny-unfenced fail*"]
+    )
+    failure = _testcase(pytester.path / "out.xml", "reward-tiny-unfenced").find("failure")
+    assert failure is not None
+    assert failure.get("message") == summary
+    assert failure.text is not None
+    assert failure.text.startswith("case reward-tiny-unfenced failed: An unfenced completion scores 0")
+    assert "- no_run [policy fence-variants]: no command ran in any sandbox" in failure.text
+    assert "failed criteria" not in failure.text  # the message's line is not said again
+
+    bundle = only_bundle(pytester.path / "ev")
+    failure = _testcase(bundle / "junit.xml", "reward-tiny-unfenced").find("failure")
+    assert failure is not None
+    assert (
+        failure.get("message") == "failed criteria: no_run"
+    )  # was "failed criteria: no_run; failed criteria: no_run"
+    assert failure.text is not None
+    assert "[FAIL] no_run:" in failure.text
+
+
+def test_a_relaxed_case_is_marked_in_either_junit(pytester: pytest.Pytester) -> None:
+    """A relaxed case passes in JUnit with an e2b_status property and a note naming the policy."""
+    _project(pytester, relax="fence-variants")
+    result = pytester.runpytest("--e2b-evidence", "ev", "--junitxml", "out.xml", "-W", "default::UserWarning")
+    result.assert_outcomes(passed=1, warnings=1)
+    note = (
+        "relaxed, not passed: policy criteria no_run failed and e2b_relax relaxes fence-variants; "
+        "safety criteria all held"
+    )
+    own = _testcase(pytester.path / "out.xml", "reward-tiny-unfenced")
+    assert own.find("failure") is None
+    assert _properties(own) == {"e2b_status": "relaxed", "e2b_relaxed": note}
+    bundle = only_bundle(pytester.path / "ev")
+    written = _testcase(bundle / "junit.xml", "reward-tiny-unfenced")
+    assert written.find("failure") is None
+    assert _properties(written) == {"e2b_status": "relaxed", "e2b_relaxed": note}
+    assert written.findtext("system-out") == note
 
 
 def test_unknown_relax_name_is_a_usage_error(pytester: pytest.Pytester) -> None:

@@ -56,6 +56,11 @@ def test_passing_catalog_writes_a_complete_bundle(project: pytest.Pytester) -> N
     cleanup = read_json(bundle / "cleanup.json")
     assert cleanup["summary"]["sandboxes"] == 1
     assert cleanup["summary"]["confirmed_absent"] == 1
+    assert cleanup["records"][0]["case"] == "reward-tiny-correct"  # the case its sandbox was made in
+    assert (
+        "<a href='#case-reward-tiny-correct'><code>reward-tiny-correct</code></a>"
+        in (bundle / "index.html").read_text()
+    )
 
 
 @pytest.mark.full
