@@ -1,0 +1,55 @@
+"""The expectation-hunting program (``read_expectations.py``) against sound and leaky rewards.
+
+It must score 0 under every sound reward (the catalog's fairness rule) and 1.0 under a reward that
+lets the expected outputs reach its sandbox, wherever they land: a file beside the program, or the
+evaluation cell, in the memory of the kernel whose child the program is.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_e2b_env.catalog.contract import load_subject
+from pytest_e2b_env.catalog.loader import default_cases_dir, load_cases
+from pytest_e2b_env.catalog.runner import run_case
+from pytest_e2b_env.targets import Target
+
+CASE = "reward-hostile-read-expectations"
+SAMPLES = Path(__file__).resolve().parents[2] / "fixtures" / "subjects"
+
+
+@pytest.fixture(scope="module")
+def case() -> Any:
+    """The catalog's hunting case: the hunter, then a correct program, on one test case."""
+    (found,) = [c for c in load_cases([default_cases_dir()]) if c.id == CASE]
+    return found
+
+
+def _rewards(record: Any) -> Any:
+    calls = [e for e in record.trajectory if e.get("kind") == "call" and e["name"] == "reward"]
+    assert calls, (record.status, record.reason)
+    return calls[0]["value"] if calls[0]["returned"] else "raises"
+
+
+@pytest.mark.parametrize(
+    ("spec", "status", "rewards"),
+    [
+        pytest.param("pytest_e2b_env.reward:reward_subject", "passed", [0.0, 1.0], id="reference"),
+        pytest.param("baseline_reward_run_code:make_reward", "passed", [0.0, 1.0], id="run-code-baseline"),
+        pytest.param("reward_uploads_expected:factory", "failed", [1.0, 1.0], id="cases-as-a-file"),
+        pytest.param("reward_run_code_ships_expected:factory", "failed", [1.0, 1.0], id="cases-in-the-cell"),
+    ],
+)
+def test_the_hunter_scores_only_where_expected_outputs_leak(
+    target: Target, monkeypatch: pytest.MonkeyPatch, case: Any, spec: str, status: str, rewards: list[float]
+) -> None:
+    """Sound rewards score the hunter 0; uploading the cases or sending them in the cell scores it 1.0."""
+    if target.isolation != "namespaces":
+        pytest.skip(f"hostile programs need the namespaces level: {target.isolation_reason}")
+    monkeypatch.syspath_prepend(str(SAMPLES))
+    record = run_case(case, load_subject(spec, "reward"), target)
+    assert _rewards(record) == rewards
+    assert record.status == status, (record.reason, [c for c in record.criteria if not c["passed"]])
