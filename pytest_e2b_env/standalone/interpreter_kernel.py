@@ -315,11 +315,14 @@ class Kernel:
         try:
             source = self.transform(code)
         except BaseException as exc:  # IPython reports a failed transformation as the cell's error
-            self._error(exc, syntax=False)
+            source = None
+            failure = exc
+        if not nested:  # IPython's input history keeps the transformed cell (the raw one if that failed)
+            self.inputs.append(code if source is None else source)
+            self.ns["_i"] = self.inputs[-1]
+        if source is None:
+            self._error(failure, syntax=False)
             return
-        if not nested:
-            self.inputs.append(source)
-            self.ns["_i"] = source
         filename = self._cache(n, source)
         try:
             tree = ast.parse(source, filename)
