@@ -2,14 +2,18 @@
 
 Started by the emulator through the sandbox's own process machinery (``python3 -c
 <bootstrap>``, its assembled source arriving on stdin), so it sees exactly the files,
-namespaces and limits a command sees. It imports the standard library only: the sandbox's
-``python3`` has none of the emulator's packages. It imports no other standalone module either,
-so the sandbox receives this file as it is.
+namespaces and limits a command sees. It imports the standard library only (the sandbox's
+``python3`` has none of the emulator's packages) and the standalone modules that do the same,
+embedded when the source is assembled: ``ipython_input`` (a cell's source as IPython rewrites it),
+``ipython_shell`` and ``ipython_magics`` (``get_ipython()``, ``!cmd`` and the magics),
+``interpreter_display`` (a value's MIME bundle as E2B's kernel formats it) and
+``interpreter_errors`` (IPython's traceback text).
 
 Protocol. Requests on the original stdin, one JSON object per line::
 
     {"op": "limits", "message_bytes": 16777216}
-    {"op": "execute", "id": "<cell id>", "code": "...", "envs": {"K": "V"}}
+    {"op": "execute", "id": "<cell id>", "code": "..."}
+    {"op": "execute", "id": "<cell id>", "code": "...", "silent": true}   (no count, no messages)
     {"op": "chdir", "path": "/home/user"}
 
 Replies on the original stdout, each framed as 8 lower-case hex digits giving the length of the
@@ -26,51 +30,41 @@ it only when it has room), never longer than ``message_bytes`` (``id`` names the
 
 The cell's fds 1 and 2 are pipes read by this process, so output of subprocesses shows up
 as stream messages too (as ipykernel's fd capture does); stdin of the cell is /dev/null.
+SIGINT (the emulator's interrupt when a client leaves mid-cell, as E2B's server interrupts its
+kernel) raises KeyboardInterrupt in a running cell and is ignored between cells, as in ipykernel.
 """
 
 from __future__ import annotations
 
 import ast
-import base64
 import codecs
 import contextlib
 import json
 import linecache
 import os
-import pprint
+import pathlib
 import select
+import signal
 import sys
 import threading
 import time
-import tokenize
-import traceback
 import types
 import zlib
+from collections.abc import Iterator
 from io import StringIO
 from typing import Any
 
+from . import interpreter_display as D
+from . import interpreter_errors as E
+from . import ipython_input as I
+from . import ipython_magics as M
+from . import ipython_shell as S
+from . import ipython_timing as T
+
 STREAM_CHUNK = 32 * 1024  # largest stream message, like envd's output events
 FLUSH_S = 0.2  # ipykernel's OutStream flush interval: quick prints arrive as one message
-MESSAGE_LIMIT = 16 * 1024 * 1024  # one message, framing excluded (the emulator's limits op sets it)
-MIME_LIMIT = 4 * 1024 * 1024  # one representation larger than this is dropped (noted on stderr)
-BUNDLE_LIMIT = 8 * 1024 * 1024  # all representations of one value
-REPR_LIMIT = 1024 * 1024  # text/plain is cut here
-TEXT_LIMIT = 1024 * 1024  # an error's value, and its traceback, are cut here
-LINE_LIMIT = 2000  # one source line quoted in a traceback
-DASHES = "-" * 75
 CUT_NOTE = "\n[... cut: over the kernel's message limit]"
-
-_REPR_METHODS = (
-    ("text/html", "_repr_html_"),
-    ("text/markdown", "_repr_markdown_"),
-    ("image/svg+xml", "_repr_svg_"),
-    ("image/png", "_repr_png_"),
-    ("image/jpeg", "_repr_jpeg_"),
-    ("application/pdf", "_repr_pdf_"),
-    ("text/latex", "_repr_latex_"),
-    ("application/json", "_repr_json_"),
-    ("application/javascript", "_repr_javascript_"),
-)
+CO_COROUTINE = 0x80  # a compiled cell with top-level await
 
 
 class Channel:
@@ -82,22 +76,17 @@ class Channel:
         self.cell: str | None = None  # the cell whose output is being captured
 
     def send(self, message: dict[str, Any]) -> None:
-        body = fit(message, MESSAGE_LIMIT)
+        body = fit(message, D.MESSAGE_LIMIT)
         data = b"%08x" % len(body) + body
         with self.lock:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(self.fd, view) :]
-
-
-def set_limits(message_bytes: Any) -> None:
-    """Take the emulator's message cap: a value's representations keep to 7/8 of it (text/plain
-    and the message's own fields need the rest), one representation to 4 MiB at most."""
-    global MESSAGE_LIMIT, MIME_LIMIT, BUNDLE_LIMIT
-    if isinstance(message_bytes, int) and not isinstance(message_bytes, bool) and message_bytes >= 1 << 16:
-        MESSAGE_LIMIT = message_bytes
-        BUNDLE_LIMIT = min(8 * 1024 * 1024, message_bytes - message_bytes // 8)
-        MIME_LIMIT = min(4 * 1024 * 1024, BUNDLE_LIMIT)
+            # an interrupt lands after the frame, never inside it (a cut frame ends the kernel)
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(self.fd, view) :]
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _encode(message: dict[str, Any]) -> bytes:
@@ -207,6 +196,8 @@ class Kernel:
         self.exit_requested = False
         self.out: dict[int, Any] = {}
         self.inputs: list[str] = [""]
+        self.sink: list[dict[str, Any]] | None = None  # %%capture's display outputs
+        self.shell = S.Shell(self, dict(M.LINE_MAGICS), dict(M.CELL_MAGICS))
         # the namespace is __main__'s own dict, as in IPython, so pickle (multiprocessing) finds
         # functions and classes defined in cells
         main = types.ModuleType("__main__")
@@ -216,16 +207,34 @@ class Kernel:
             {
                 "__builtins__": __import__("builtins"),
                 "In": self.inputs,
+                "_ih": self.inputs,
                 "Out": self.out,
+                "_oh": self.out,
+                "_dh": [pathlib.Path(os.getcwd())],
+                "get_ipython": self.get_ipython,
                 "display": self.display,
                 "exit": self._ask_exit,
                 "quit": self._ask_exit,
                 "input": _no_input,
+                "open": _modified_open,
             }
         )
         self.loop: Any = None
         self.stdout = _text_stream(1)
         self.stderr = _text_stream(2)
+        self.flags = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
+        self.interruptible = False  # user code is running: SIGINT raises KeyboardInterrupt
+        signal.signal(signal.SIGINT, self._on_sigint)
+
+    def _on_sigint(self, _signum: int, _frame: Any) -> None:
+        # ipykernel raises KeyboardInterrupt in a running cell and ignores an interrupt between
+        # cells; here only the cell's own code is interrupted, never the kernel's bookkeeping
+        if self.interruptible:
+            raise KeyboardInterrupt
+
+    def get_ipython(self) -> S.Shell:
+        """IPython's ``get_ipython()``: the shell the transformed cells call."""
+        return self.shell
 
     # ------------------------------------------------------------------ output
     def _flush_streams(self) -> None:
@@ -243,60 +252,92 @@ class Kernel:
 
     def display(self, *objs: Any, **_kw: Any) -> None:
         """IPython's ``display()``: one display_data message per object."""
-        self._flush_streams()
         for obj in objs:
-            self._send({"type": "display", "main": False, "data": mime_bundle(obj)})
+            self.display_data(D.mime_bundle(obj))
+
+    def display_data(self, data: dict[str, Any]) -> None:
+        """A non-main result with these representations (kept by ``%%capture`` while it captures)."""
+        if self.sink is not None:
+            self.sink.append(data)
+            return
+        self._flush_streams()
+        self._send({"type": "display", "main": False, "data": D.bounded(dict(data))})
 
     def _ask_exit(self, *_a: Any, **_kw: Any) -> None:
         # ipykernel stops its loop shortly after the cell: the cell ends normally, the kernel
         # process then exits and is started afresh (state lost)
         self.exit_requested = True
 
+    _ask_exit.__ipython_autocall__ = True  # type: ignore[attr-defined]  # `exit` alone calls it
+
     # ------------------------------------------------------------------ cells
-    def execute(self, cell_id: str, code: str, envs: dict[str, str]) -> None:
+    def execute(self, cell_id: str, code: str, silent: bool = False) -> None:
+        """Run one cell; a silent one (E2B's env clean-up) counts nothing and says nothing."""
+        sys.stdout, sys.stderr = self.stdout, self.stderr
+        if silent:
+            with contextlib.suppress(BaseException):
+                self._exec(self.compile(self.transform(code), "<silent>", "exec"))
+            self._flush_streams()
+            return
         self.channel.cell = cell_id
         self.count += 1
-        n = self.count
-        self.inputs.append(code)
-        self.ns["_i"] = code
-        self._send({"type": "count", "n": n})
-        saved = {k: os.environ.get(k) for k in envs}
-        os.environ.update(envs)
-        sys.stdout, sys.stderr = self.stdout, self.stderr
+        self._send({"type": "count", "n": self.count})
         try:
-            self._run(n, code)
+            self._run(self.count, code)
         finally:
-            for key, old in saved.items():
-                if old is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = old
             self._flush_streams()
             if self.exit_requested:  # so the next cell waits for a fresh kernel, not this one
                 self._send({"type": "exiting"})
             self._send({"type": "done"})
             self.channel.cell = None
 
-    def _run(self, n: int, code: str) -> None:
-        filename = f"/tmp/ipykernel_{os.getpid()}/{zlib.crc32(code.encode('utf-8', 'replace'))}.py"
-        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-        cells[filename] = n
+    def transform(self, code: str) -> str:
+        """The cell's source as IPython runs it: static transformations, then the one-line prefilter."""
+        builtins = self.ns.get("__builtins__")
+        return I.prefilter_line(
+            I.transform_cell(code),
+            is_magic=lambda name: name in self.shell.line_magics or name in S.IPYTHON_LINE_MAGICS,
+            is_shadowed=lambda name: name in self.ns or hasattr(builtins, name),
+            is_autocall=lambda name: bool(getattr(self.ns.get(name), "__ipython_autocall__", False)),
+        )
+
+    def compile(self, tree: Any, filename: str, mode: str) -> types.CodeType:
+        """Compile as cells are compiled (top-level await allowed)."""
+        return compile(tree, filename, mode, flags=self.flags, dont_inherit=True)
+
+    def _cache(self, n: int, source: str) -> str:
+        filename = f"/tmp/ipykernel_{os.getpid()}/{zlib.crc32(source.encode('utf-8', 'replace'))}.py"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        E.cells[filename] = n
+        return filename
+
+    def _run(self, n: int, code: str, nested: bool = False) -> None:
         try:
-            tree = ast.parse(code, filename)
+            source = self.transform(code)
+        except BaseException as exc:  # IPython reports a failed transformation as the cell's error
+            source = None
+            failure = exc
+        if not nested:  # IPython's input history keeps the transformed cell (the raw one if that failed)
+            self.inputs.append(code if source is None else source)
+            self.ns["_i"] = self.inputs[-1]
+        if source is None:
+            self._error(failure, syntax=False)
+            return
+        filename = self._cache(n, source)
+        try:
+            tree = ast.parse(source, filename)
         except (SyntaxError, ValueError) as exc:  # ValueError: source with NUL bytes
             self._error(exc, syntax=True)
             return
         last: ast.Expression | None = None
         tail = tree.body[-1] if tree.body else None
-        if isinstance(tail, ast.Expr) and not _ends_with_semicolon(code):
+        if isinstance(tail, ast.Expr) and not _ends_with_semicolon(source):
             tree.body.pop()
             last = ast.Expression(tail.value)
-        flags = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
         try:
-            body = compile(tree, filename, "exec", flags=flags, dont_inherit=True)
-            self._eval(body)
+            self._exec(self.compile(tree, filename, "exec"))
             if last is not None:
-                value = self._eval(compile(last, filename, "eval", flags=flags, dont_inherit=True))
+                value = self._exec(self.compile(last, filename, "eval"))
                 self._displayhook(n, value)
         except SystemExit as exc:
             code_ = exc.code
@@ -314,15 +355,42 @@ class Kernel:
         except BaseException as exc:  # the cell's own failure, KeyboardInterrupt included
             self._error(exc, syntax=False)
 
-    def _eval(self, code_obj: types.CodeType) -> Any:
-        result = eval(code_obj, self.ns)
-        if code_obj.co_flags & 0x80 and result is not None:  # CO_COROUTINE: top-level await
-            import asyncio
+    def run_nested(self, cell: str) -> None:
+        """A cell inside a cell (``%%capture``, ``get_ipython().run_cell``): no new count, errors shown."""
+        self._run(self.count, cell, nested=True)
 
-            if self.loop is None:
-                self.loop = asyncio.new_event_loop()
-            result = self.loop.run_until_complete(result)
-        return result
+    @contextlib.contextmanager
+    def capture(self, stdout: bool, stderr: bool, display: bool) -> Iterator[S.CapturedIO]:
+        """``%%capture``: sys.stdout / sys.stderr and display() outputs kept instead of sent."""
+        out, err = StringIO() if stdout else None, StringIO() if stderr else None
+        outputs: list[dict[str, Any]] = []
+        saved = (sys.stdout, sys.stderr, self.sink)
+        captured = S.CapturedIO(out, err, outputs)
+        captured._display = self.display_data
+        if out is not None:
+            sys.stdout = out
+        if err is not None:
+            sys.stderr = err
+        if display:
+            self.sink = outputs
+        try:
+            yield captured
+        finally:
+            sys.stdout, sys.stderr, self.sink = saved
+
+    def _exec(self, code_obj: types.CodeType) -> Any:
+        outer, self.interruptible = self.interruptible, True
+        try:
+            result = eval(code_obj, self.ns)
+            if code_obj.co_flags & CO_COROUTINE and result is not None:
+                import asyncio
+
+                if self.loop is None:
+                    self.loop = asyncio.new_event_loop()
+                result = self.loop.run_until_complete(result)
+            return result
+        finally:
+            self.interruptible = outer
 
     def _displayhook(self, n: int, value: Any) -> None:
         if value is None:
@@ -330,22 +398,29 @@ class Kernel:
         self.ns["___"], self.ns["__"], self.ns["_"] = self.ns.get("__"), self.ns.get("_"), value
         self.ns[f"_{n}"] = value
         self.out[n] = value
+        data = D.mime_bundle(value)
+        if self.sink is not None:
+            self.sink.append(data)
+            return
         self._flush_streams()
-        self._send({"type": "display", "main": True, "data": mime_bundle(value)})
+        self._send({"type": "display", "main": True, "data": data})
 
     def _error(self, exc: BaseException, syntax: bool) -> None:
         self._flush_streams()
+        if isinstance(exc, S.UsageError):  # IPython prints it; ipykernel's reply carries it
+            with contextlib.suppress(Exception):
+                print(f"UsageError: {exc}", file=sys.stderr)
+            self._flush_streams()
+            self._send({"type": "error", "ename": "UsageError", "evalue": E.safe_str(exc), "traceback": []})
+            return
         self._send(
             {
                 "type": "error",
                 "ename": type(exc).__name__,
-                "evalue": _safe_str(exc),
-                "traceback": format_traceback(exc, syntax),
+                "evalue": E.safe_str(exc),
+                "traceback": E.format_traceback(exc, syntax, Kernel._run.__code__.co_filename),
             }
         )
-
-
-cells: dict[str, int] = {}  # compiled cell file name -> execution count, for tracebacks
 
 
 class StdinNotImplementedError(NotImplementedError):
@@ -354,6 +429,17 @@ class StdinNotImplementedError(NotImplementedError):
 
 def _no_input(prompt: object = "") -> str:
     raise StdinNotImplementedError("raw_input was called, but this frontend does not support input requests.")
+
+
+def _modified_open(file: Any, *args: Any, **kwargs: Any) -> Any:
+    """IPython's ``open``: the kernel's own standard streams are refused."""
+    if file in {0, 1, 2}:
+        raise ValueError(
+            f"IPython won't let you open fd={file} by default "
+            "as it is likely to crash IPython. If you know what you are doing, "
+            "you can use builtins' open."
+        )
+    return open(file, *args, **kwargs)
 
 
 def _text_stream(fd: int) -> Any:
@@ -365,127 +451,7 @@ def _text_stream(fd: int) -> Any:
 
 def _ends_with_semicolon(code: str) -> bool:
     """IPython's rule: a trailing ``;`` (comments aside) hides the last expression's value."""
-    try:
-        tokens = [
-            t
-            for t in tokenize.generate_tokens(StringIO(code).readline)
-            if t.type
-            not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.ENDMARKER, tokenize.INDENT)
-            and t.type != tokenize.DEDENT
-        ]
-    except (tokenize.TokenError, SyntaxError):
-        return False
-    return bool(tokens) and tokens[-1].string == ";"
-
-
-def _safe_str(obj: Any) -> str:
-    try:
-        return str(obj)[:TEXT_LIMIT]
-    except Exception:
-        return f"<unprintable {type(obj).__name__} object>"
-
-
-def _plain(value: Any) -> str:
-    """text/plain as IPython's pretty printer gives it for builtin values (wrapped at 79 columns)."""
-    try:
-        if isinstance(value, (dict, list, tuple, set, frozenset)):
-            text = pprint.pformat(value, width=79, sort_dicts=False)
-        else:
-            text = repr(value)
-    except Exception as exc:
-        text = f"<repr of {type(value).__name__} failed: {type(exc).__name__}>"
-    return text[:REPR_LIMIT]
-
-
-def mime_bundle(value: Any) -> dict[str, Any]:
-    """The representations of ``value`` by IPython's ``_repr_*_`` protocol, text/plain always."""
-    data: dict[str, Any] = {}
-    bundle = _call_repr(value, "_repr_mimebundle_", include=None, exclude=None)
-    if isinstance(bundle, tuple):
-        bundle = bundle[0]
-    if isinstance(bundle, dict):
-        data.update({str(k): v for k, v in bundle.items()})
-    for mime, method in _REPR_METHODS:
-        if mime in data:
-            continue
-        rendered = _call_repr(value, method)
-        if isinstance(rendered, tuple):  # (data, metadata)
-            rendered = rendered[0]
-        if rendered is not None:
-            data[mime] = rendered
-    total = 0
-    for mime, rendered in list(data.items()):
-        if isinstance(rendered, (bytes, bytearray)):
-            rendered = base64.b64encode(bytes(rendered)).decode("ascii")
-        try:
-            size = len(json.dumps(rendered))
-        except (TypeError, ValueError, RecursionError):
-            rendered = _safe_str(rendered)[:REPR_LIMIT]
-            size = len(json.dumps(rendered))
-        if size > MIME_LIMIT or total + size > BUNDLE_LIMIT:
-            del data[mime]
-            os.write(2, f"display: {mime} representation dropped ({size} bytes, over the limit)\n".encode())
-            continue
-        total += size
-        data[mime] = rendered
-    if "text/plain" not in data:
-        data["text/plain"] = _plain(value)
-    return data
-
-
-def _call_repr(value: Any, method: str, **kwargs: Any) -> Any:
-    if isinstance(value, type):  # classes have the methods unbound; IPython skips them too
-        return None
-    try:
-        func = getattr(value, method, None)
-        if not callable(func):
-            return None
-        return func(**kwargs)
-    except Exception:  # a broken _repr_*_ only loses that representation, as in IPython
-        return None
-
-
-def format_traceback(exc: BaseException, syntax: bool) -> list[str]:
-    """IPython's traceback blocks, without colour codes; cells are named ``Cell In[N]``."""
-    name = type(exc).__name__
-    if syntax and isinstance(exc, SyntaxError):
-        where = cells.get(exc.filename or "")
-        place = f"Cell In[{where}]" if where else f'File "{exc.filename}"'
-        head = f"  {place}, line {exc.lineno}\n"
-        line = (exc.text or "").rstrip("\n")[:LINE_LIMIT]
-        caret = ""
-        if line and exc.offset:
-            caret = " " * (4 + max(exc.offset - 1, 0)) + "^\n"
-        body = f"    {line}\n{caret}" if line else ""
-        return [head + body + "\n", f"{name}: {exc.msg}\n"]
-    # blocks end in their own newlines: E2B's server joins them with "" into one text
-    blocks = [f"{DASHES}\n{name:<42}Traceback (most recent call last)\n"]
-    frames = traceback.extract_tb(exc.__traceback__)
-    own = Kernel._run.__code__.co_filename
-    while frames and frames[0].filename == own:  # the kernel's own frames above the cell
-        frames.pop(0)
-    for frame in frames:
-        n = cells.get(frame.filename)
-        lineno = frame.lineno or 0
-        if n is not None:
-            head = f"Cell In[{n}], line {lineno}"
-            if frame.name != "<module>":
-                head += f", in {frame.name}()"
-        else:
-            head = f"File {frame.filename}:{lineno}, in {frame.name}()"
-        lines = []
-        for i in range(max(1, lineno - 2), lineno + 3):
-            text = linecache.getline(frame.filename, i)
-            if not text:
-                continue
-            arrow = f"----> {i}" if i == lineno else f"      {i}"
-            lines.append(f"{arrow} {text.rstrip()[:LINE_LIMIT]}")
-        blocks.append(head + "\n" + "\n".join(lines) + "\n\n")
-    value = _safe_str(exc)
-    blocks.append(f"{name}: {value}" if value else name)
-    if sum(len(b) for b in blocks) > TEXT_LIMIT:  # deep recursion: keep the head and the tail
-        blocks = [*blocks[:4], "...\n\n", *blocks[-4:]]
-    return blocks
+    return T.semicolon_at_end(code)
 
 
 def main() -> None:
@@ -510,15 +476,14 @@ def main() -> None:
         if not isinstance(request, dict):
             continue
         if request.get("op") == "limits":
-            set_limits(request.get("message_bytes"))
+            D.set_limits(request.get("message_bytes"))
         elif request.get("op") == "chdir":
-            # like IPython's %cd: an unusable directory leaves the kernel where it was
+            # E2B's server runs `%cd <cwd>` for a context: an unusable directory leaves it where it was
             with contextlib.suppress(OSError):
                 os.chdir(str(request.get("path")))
+                kernel.ns["_dh"].append(pathlib.Path(os.getcwd()))
         elif request.get("op") == "execute":
-            envs = request.get("envs") or {}
-            envs = {str(k): str(v) for k, v in envs.items()} if isinstance(envs, dict) else {}
-            kernel.execute(str(request.get("id")), str(request.get("code", "")), envs)
+            kernel.execute(str(request.get("id")), str(request.get("code", "")), bool(request.get("silent")))
             if kernel.exit_requested:
                 break
     os._exit(0)  # daemon threads and a cell's leftovers must not keep the kernel alive

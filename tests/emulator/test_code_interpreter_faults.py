@@ -26,12 +26,22 @@ def ci(opts: dict[str, str], run_id: str) -> Iterator[Sandbox]:
     sandbox.kill()
 
 
-def test_execution_timeout_raises_and_the_cell_keeps_the_kernel_busy(ci: Sandbox) -> None:
-    """timeout= raises the SDK's execution TimeoutException; the cell runs on and the next one queues."""
+def test_execution_timeout_raises_and_interrupts_the_cell(ci: Sandbox) -> None:
+    """timeout= raises the SDK's TimeoutException; E2B's server then interrupts the cell."""
+    cell = "import time\ntry:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    interrupted = True\n"
     with pytest.raises(TimeoutException, match="Execution timed out"):
-        ci.run_code("import time\ntime.sleep(2)\ndone = True", timeout=0.5)
-    # the next cell runs after the first one finished, in the same kernel (as on a Jupyter kernel)
-    assert ci.run_code("done", timeout=T).text == "True"
+        ci.run_code(cell, timeout=0.5)
+    # the next cell runs once the interrupted one has ended, in the same kernel
+    assert ci.run_code("interrupted", timeout=T).text == "True"
+
+
+def test_an_interrupted_cell_stops_and_so_do_its_children(ci: Sandbox) -> None:
+    """The interrupt reaches the kernel's process group: a child process waited on is stopped too."""
+    cell = "import subprocess\nsubprocess.run(['sleep', '30'])\nfinished = True"
+    with pytest.raises(TimeoutException, match="Execution timed out"):
+        ci.run_code(cell, timeout=0.5)
+    after = ci.run_code("'finished' in dir()", timeout=T)
+    assert after.text == "False"
 
 
 def test_request_timeout_raises_the_request_error(ci: Sandbox, faults: Any) -> None:

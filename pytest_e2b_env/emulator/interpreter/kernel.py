@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import os
 import shlex
 import signal
 import subprocess
@@ -24,6 +25,7 @@ import uuid
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from pytest_e2b_env.emulator.interpreter import envs as cell_envs
 from pytest_e2b_env.emulator.interpreter.budget import Abandoned, Gauge, OutputBudget
 from pytest_e2b_env.emulator.interpreter.frames import FrameReader
 from pytest_e2b_env.emulator.interpreter.outputs import convert, error_line, stream_line
@@ -79,7 +81,10 @@ class Execution:
         self.queue: asyncio.Queue[tuple[Any, int]] = asyncio.Queue()
         self.finished = False
         self.detached = False
+        self.errored = False
         self.on_finish: list[Any] = []
+        #: called when the client leaves before the cell ended (E2B's server interrupts the kernel)
+        self.on_abandon: list[Any] = []
 
     @property
     def attached(self) -> bool:
@@ -121,7 +126,11 @@ class Execution:
         self.budget.release(size, self.gauge)
 
     def detach(self) -> None:
-        """The client is gone: drop further lines and free what the cell holds (it runs on)."""
+        """The client is gone: drop further lines and free what the cell holds; a running cell is
+        interrupted (E2B's server interrupts its kernel when the client of a cell leaves)."""
+        if not self.finished and not self.detached:
+            for callback in self.on_abandon:
+                callback()
         self.detached = True
         while not self.queue.empty():
             self.queue.get_nowait()
@@ -147,6 +156,8 @@ class Kernel:
         self._lost = False
         self._stderr: deque[bytes] = deque(maxlen=16)
         self._retiring = False  # the runner said it stops after its cell (exit())
+        #: envd's variables once the context's first cell has carried them (E2B's _global_env_vars)
+        self.sandbox_envs: dict[str, str] | None = None
 
     @property
     def running(self) -> bool:
@@ -231,8 +242,19 @@ class Kernel:
                 await self._start()
             execution = Execution(uuid.uuid4().hex, self.budget)
             execution.on_finish.append(self.lock.release)
+            execution.on_abandon.append(functools.partial(self._interrupt, execution))
             self._current = execution
-            self._send({"op": "execute", "id": execution.cell_id, "code": code, "envs": envs})
+            sandbox_snippet = ""
+            if self.sandbox_envs is None:  # the context's first cell, as E2B's server counts it
+                self.sandbox_envs = cell_envs.sandbox_envs(
+                    self.sbx.sandbox_id, self.sbx.template_id, dict(self.sbx.envs)
+                )
+                sandbox_snippet = cell_envs.set_code(self.sandbox_envs)
+            full = cell_envs.with_envs(code, sandbox_snippet, envs)
+            self._send({"op": "execute", "id": execution.cell_id, "code": full})
+            if envs:  # E2B's clean-up runs as a silent cell before the next one
+                reset = cell_envs.reset_code(envs, self.sandbox_envs)
+                self._send({"op": "execute", "id": uuid.uuid4().hex, "code": reset, "silent": True})
             return execution
         except BaseException:
             self.lock.release()
@@ -294,6 +316,10 @@ class Kernel:
                 self._current = None
                 current.finish(DONE)
             elif (converted := convert(message)) is not None and account is not None:
+                if converted["type"] == "error":
+                    if current.errored:  # E2B's server passes a cell's first error only
+                        return True
+                    current.errored = True
                 current.put(converted, size)
                 queued = True
             return True
@@ -334,6 +360,14 @@ class Kernel:
                 current.finish(error_line("ContextRestarting", "Context was restarted"), DONE)
         if not gone:
             self._reap(self._detach_process())
+
+    def _interrupt(self, execution: Execution) -> None:
+        """SIGINT to the kernel's process group, as Jupyter interrupts a kernel (its cell's children too)."""
+        popen = self.popen
+        if popen is None or self._current is not execution or popen.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(popen.pid, signal.SIGINT)
 
     # ------------------------------------------------------------------ stop
     def _close_transports(self) -> None:
