@@ -378,7 +378,8 @@ def _missing(kind: str, name: str, other_kind: bool) -> str:
     if name in known:
         return (
             f"{'Line magic function' if kind == 'line' else 'Cell magic'} `{prefix}{name}` is IPython's, "
-            "but the local emulator's kernel does not run it (see docs/emulator.md for the magics it runs)."
+            "but the local emulator's kernel does not run it "
+            "(pytest-e2b-env docs emulator lists the magics it runs)."
         )
     if kind == "line":
         extra = f" (But cell magic `%%{name}` exists, did you mean that instead?)" if other_kind else ""
