@@ -25,6 +25,15 @@ _INSTALL = {
 }
 
 
+def install_hint(module: str) -> str | None:
+    """How to get ``module`` when an extra provides it (``openenv.core`` -> the [episode] extra)."""
+    top = module.split(".")[0]
+    for extra, modules in EXTRAS.items():
+        if top in modules:
+            return f"it comes with the [{extra}] extra: {_INSTALL[extra]}"
+    return None
+
+
 def missing(extra: str) -> list[str]:
     """The modules of ``extra`` that cannot be found, in declaration order."""
     absent = []

@@ -78,9 +78,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--e2b-cases",
         metavar="PATH",
+        action="append",
         default=None,
         dest="e2b_cases",
-        help="case file or directory to use instead of the bundled catalog",
+        help="case file or directory to use instead of the bundled catalog (repeatable: all of them)",
     )
     group.addoption(
         "--e2b-run-id",

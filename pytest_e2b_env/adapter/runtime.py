@@ -158,9 +158,10 @@ class Runtime:
                 except Exception as exc:
                     with contextlib.suppress(Exception):
                         target.close()
+                    upstream = target.describe()["api_url"] or "the configured URL"
                     self._failure = (
-                        f"the live E2B API at {target.endpoint or 'the configured URL'} did not answer: "
-                        f"{self.brief(exc)}; check the network and E2B_API_KEY"
+                        f"the live E2B API at {upstream} did not answer (asked through the local fault "
+                        f"proxy at {target.endpoint}): {self.brief(exc)}; check the network and E2B_API_KEY"
                     )
                     self.problems.append(self._failure)
                     raise InfrastructureError(self._failure) from None

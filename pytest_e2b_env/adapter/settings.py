@@ -156,10 +156,14 @@ def resolve(config: pytest.Config) -> Settings:
         evidence = (
             config.invocation_params.dir if config.getoption("e2b_evidence") else config.rootpath
         ) / evidence
-    cases_opt = config.getoption("e2b_cases") or config.getini("e2b_cases")
+    # --e2b-cases may be given more than once (each may also join paths with os.pathsep): all count.
+    given = config.getoption("e2b_cases") or []
+    cases_opt = os.pathsep.join(given if isinstance(given, list) else [str(given)]) or config.getini(
+        "e2b_cases"
+    )
     cases = [default_cases_dir()]
     if cases_opt:
-        base = config.invocation_params.dir if config.getoption("e2b_cases") else config.rootpath
+        base = config.invocation_params.dir if given else config.rootpath
         cases = [p if p.is_absolute() else base / p for p in map(Path, str(cases_opt).split(os.pathsep))]
         for path in cases:
             if not path.exists():
@@ -175,7 +179,10 @@ def resolve(config: pytest.Config) -> Settings:
         given = (from_controller.get(kind) or "") if from_controller else config.getoption(key, None)
         raw = str((config.getini(key) or "") if given is None else given).strip()
         subjects[key] = check_subject(key, raw) if raw else None
-    if subjects["e2b_episode_subject"]:
+    episode = subjects["e2b_episode_subject"] or ""
+    if episode.startswith(("pytest_e2b_env.episode:", "pytest_e2b_env:")):
+        # The bundled episode is an OpenEnv one; any other episode needs OpenEnv only if it imports
+        # it (its import error then names the extra: extras.install_hint).
         from pytest_e2b_env.errors import MissingExtraError
         from pytest_e2b_env.extras import require
 

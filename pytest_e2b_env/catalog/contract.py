@@ -58,8 +58,14 @@ def import_spec(spec: str, key: str, kind: str) -> Any:
     try:
         obj: Any = importlib.import_module(module_name)
     except Exception as exc:  # a subject module may fail in any way while importing
+        hint = ""
+        if isinstance(exc, ModuleNotFoundError) and exc.name:
+            from pytest_e2b_env.extras import install_hint
+
+            found = install_hint(exc.name)
+            hint = f" ({found})" if found else ""
         raise ConfigError(
-            f"{key}={spec!r}: importing module {module_name!r} failed: {type(exc).__name__}: {exc}"
+            f"{key}={spec!r}: importing module {module_name!r} failed: {type(exc).__name__}: {exc}{hint}"
         ) from None
     for part in attr.split("."):
         if not hasattr(obj, part):

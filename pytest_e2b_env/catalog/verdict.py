@@ -427,6 +427,9 @@ def judge(
             description = (
                 "a scoring call raised (any exception type: what matters is that no number came out)"
             )
+            # The case names the reference's class; any exception meets this criterion (the class
+            # is checked on its own, "raises-class", only for a subject that declares it).
+            expected = "an exception of any type, no score"
         criteria.append(
             criterion(name, description, passed, expected, actual, policy=policy, relaxed=policy in relax)
         )

@@ -254,7 +254,7 @@ def verify_bundle(
     path: Path, expected_case_ids: Iterable[str] | None = None, secrets: Iterable[str] | None = None
 ) -> list[str]:
     """Every problem found in the bundle at ``path``; an empty list means it checks out."""
-    root = Path(path)
+    root = Path(path).resolve()  # "." inside a bundle has a name once resolved (the run id)
     if not root.is_dir():
         return [f"{root} is not a directory; give the bundle directory <output>/<run-id>"]
     if not (root / "run-manifest.json").exists() and not (root / SUMS_NAME).exists():

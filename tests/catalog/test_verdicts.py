@@ -128,3 +128,13 @@ def test_tool_refused_reads_the_ledger() -> None:
     assert _failed(_case("episode", {"reward": 1.0, "tool_refused": True}), obs) == ["tool_refused"]
     obs.ledger = []
     assert _failed(_case("episode", {"reward": 1.0, "tool_refused": True}), obs) == []
+
+
+def test_a_failed_raise_says_any_exception_would_do() -> None:
+    """A subject that scored instead of raising is shown "expected an exception of any type", not the
+    reference's class name, which only the declared-class criterion checks."""
+    case = _case("reward", {"raises": "InfrastructureError"})
+    obs = Observation("reward", calls=[Call("reward", value=[0.0], returned=True)])
+    (raises,) = [c for c in judge(case, obs, Contract(kind="reward"), []) if c["id"] == "raises"]
+    assert not raises["passed"]
+    assert raises["expected"] == "an exception of any type, no score"

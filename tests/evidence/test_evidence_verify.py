@@ -361,3 +361,10 @@ def test_any_complete_run_verifies_clean(tmp_path, records):
         writer.add_trajectory(record["id"], [{"echo": record["observed"]}])
     bundle = writer.finish([r["id"] for r in records], [], {})
     assert verify_bundle(bundle, [r["id"] for r in records]) == []
+
+
+def test_a_bundle_checked_from_inside_it_is_intact(make_bundle, monkeypatch):
+    """verify-evidence . run inside the bundle's own directory finds it intact (its name is the run id)."""
+    root = make_bundle()
+    monkeypatch.chdir(root)
+    assert verify_bundle(Path(".")) == []

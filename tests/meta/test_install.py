@@ -137,6 +137,28 @@ def test_fresh_venv_runs_the_catalog_from_the_wheel(work: Path, wheel: Path) -> 
     assert episode_only.returncode == 2
     assert "needs the [episode] extra" in episode_only.stderr
 
+    # An episode over the e2b SDK alone (no OpenEnv) is validated by the base install.
+    plain = work / "plain-episode"
+    plain.mkdir()
+    shutil.copy2(ROOT / "fixtures" / "subjects" / "baseline_episode_home.py", plain / "plain_episode.py")
+    (plain / "pytest.ini").write_text(
+        "[pytest]\npythonpath = .\nasyncio_default_fixture_loop_scope = function\n"
+    )
+    ran_plain = run(
+        [
+            cli,
+            "validate",
+            "--episode-subject",
+            "plain_episode:RepairEpisode",
+            "--relax",
+            "lost-create-recovery",
+        ],
+        cwd=plain,
+        env=env,
+    )
+    assert ran_plain.returncode == 0, ran_plain.stdout[-3000:] + ran_plain.stderr[-3000:]
+    assert "failed" not in ran_plain.stdout.splitlines()[-1]
+
 
 def test_user_install_runs_the_catalog(work: Path, wheel: Path) -> None:
     """pip install --user: the data is found in the user site and the catalog runs from there."""

@@ -108,3 +108,32 @@ def test_case_catalog_fixture(project: pytest.Pytester) -> None:
     )
     result = project.runpytest("test_cat.py")
     result.assert_outcomes(passed=1)
+
+
+EXTRA_CASE = """
+[[case]]
+id = "reward-extra-correct"
+subject = "reward"
+family = "good"
+description = "A case from a second case file."
+[case.reward]
+test_cases = [{input = "[1, 2]", output = "3"}]
+completions = [{program = "x.py"}]
+[case.expect]
+rewards = [1.0]
+"""
+
+
+def test_cases_option_given_twice_takes_both(project: pytest.Pytester) -> None:
+    """--e2b-cases twice collects the cases of both paths, not only the last one's."""
+    (project.path / "more").mkdir()
+    (project.path / "more" / "extra.toml").write_text(EXTRA_CASE)
+    result = project.runpytest("--collect-only", "-q", "--e2b-cases", "mycases", "--e2b-cases", "more")
+    result.stdout.fnmatch_lines(
+        [
+            "e2b-catalog::reward-tiny-correct",
+            "e2b-catalog::reward-tiny-no-fence",
+            "e2b-catalog::reward-extra-correct",
+            "3 tests collected*",
+        ]
+    )

@@ -72,6 +72,10 @@ def test_unreachable_live_api_is_one_clear_error_and_an_incomplete_bundle(tmp_pa
     assert "Traceback" not in out, out[-3000:]
     errors = [line for line in out.splitlines() if line.startswith("InfrastructureError: the live E2B API")]
     assert len(errors) == 1, out[-3000:]
+    # named by its upstream address; the local fault proxy it was asked through is named as such
+    assert (
+        f"the live E2B API at {dead} did not answer (asked through the local fault proxy at http" in errors[0]
+    )
     assert "1 failed" in run.stdout, run.stdout[-2000:]
     (bundle,) = evidence.iterdir()
     manifest = json.loads((bundle / "run-manifest.json").read_text())
