@@ -18,6 +18,7 @@ import pytest
 from pytest_e2b_env.adapter.items import COLLECTOR_NAME
 from pytest_e2b_env.adapter.keys import runtime_key
 from pytest_e2b_env.adapter.settings import Settings
+from pytest_e2b_env.catalog.hints import PREFIX as HINT
 from pytest_e2b_env.catalog.record import CaseRecord
 from pytest_e2b_env.evidence.redaction import Redactor
 
@@ -256,6 +257,14 @@ class EvidenceReporter:
             tr.write_line(f"{family:<16} {seconds.get(family, 0.0):7.2f}s  {parts}")
         wall, cpu = time.time() - self.started, _cpu_seconds()
         tr.write_line(f"{'total':<16} {sum(seconds.values()):7.2f}s  wall {wall:.2f}s  CPU {cpu:.2f}s")
+        hints = dict.fromkeys(
+            line[len(HINT) :]
+            for record in self.records.values()
+            for line in record.get("advice") or ()
+            if isinstance(line, str) and line.startswith(HINT)
+        )
+        for hint in hints:  # once per run, however many cases the shape failed
+            tr.write_line(f"hint: {hint}", yellow=True)
         if self.bundle is not None:
             tr.write_line(f"evidence bundle: {self.bundle}")
         if self.settings.summary is not None and self.bundle is not None:

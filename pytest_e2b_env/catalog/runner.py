@@ -24,6 +24,7 @@ from pytest_e2b_env.catalog.contract import Contract, Subject
 from pytest_e2b_env.catalog.drive_episode import EpisodeDriver, task_of, unmet_window
 from pytest_e2b_env.catalog.drive_reward import RewardDriver
 from pytest_e2b_env.catalog.harness import harness_fault
+from pytest_e2b_env.catalog.hints import shape_hints
 from pytest_e2b_env.catalog.model import Case
 from pytest_e2b_env.catalog.observe import Observation, exception_info, scrub
 from pytest_e2b_env.catalog.record import CaseRecord
@@ -359,7 +360,7 @@ def _record(
     ]
     record.attempts = 1
     record.retries = _replacements(obs)
-    record.advice = _advice(obs)
+    record.advice = _advice(obs) + (shape_hints(obs, calls.contract) if status != "passed" else [])
     trajectory = [c.to_event() for c in obs.calls] + [{"kind": "sandbox_op", **e} for e in obs.ledger]
     trajectory.sort(key=lambda ev: float(ev.get("t") or 0))
     record.trajectory = json.loads(scrub(json.dumps(trajectory, default=str), secrets))
