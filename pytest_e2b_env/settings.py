@@ -39,6 +39,10 @@ ENV_EMULATOR_OWNER = "PYTEST_E2B_ENV_EMULATOR_OWNER"
 ENV_SANDBOX_MARKER = "PYTEST_E2B_ENV_BOX"
 # --- internal to the catalog (controller -> case hosts and what subject code starts) -------------
 ENV_HOST_MARKER = "PYTEST_E2B_ENV_HOST"
+# --- set inside every sandbox, as E2B's envd does (code in a sandbox may read them) ---------
+ENV_IN_SANDBOX = "E2B_SANDBOX"
+ENV_IN_SANDBOX_ID = "E2B_SANDBOX_ID"
+ENV_IN_SANDBOX_TEMPLATE = "E2B_TEMPLATE_ID"
 # --- read by the test suite only -------------------------------------------------------------
 ENV_TEST_ATTACH = "PYTEST_E2B_ENV_ATTACH"
 
@@ -57,6 +61,9 @@ ENVIRONMENT: dict[str, str] = {
     ENV_EMULATOR_KEY: "internal: API key the emulator's child process serves with (Emulator() clears it)",
     ENV_EMULATOR_OWNER: "internal: pid of the process that started the emulator child (dies with it)",
     ENV_SANDBOX_MARKER: "internal: marker in each process-isolated sandbox process (found by it)",
+    ENV_IN_SANDBOX: "set to true inside every emulator sandbox, as E2B does (never read on the host)",
+    ENV_IN_SANDBOX_ID: "the sandbox's id, set inside every emulator sandbox as E2B does",
+    ENV_IN_SANDBOX_TEMPLATE: "the sandbox's template id, set inside every emulator sandbox as E2B does",
     ENV_HOST_MARKER: "internal: marker of a case host and what its subject starts (killed by it at the end)",
     ENV_TEST_ATTACH: "test suite only: 'URL KEY' of a running emulator the emulator tests attach to",
 }

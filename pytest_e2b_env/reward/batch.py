@@ -7,7 +7,7 @@ from typing import Any
 
 from pytest_e2b_env.errors import ConfigError
 from pytest_e2b_env.reward.grading import BadJSON, grade_output, parse_strict
-from pytest_e2b_env.reward.protocol import ProtocolError, case_output
+from pytest_e2b_env.reward.protocol import ProtocolError, StarvedCase, case_output
 from pytest_e2b_env.reward.records import CandidateRecord, CaseRecord, digest
 
 Cases = list[tuple[bytes, Any]]
@@ -56,6 +56,11 @@ def grade_answer(record: CandidateRecord, answer: dict[str, Any], cases: Cases) 
     for result, (_, expected) in zip(results, cases, strict=True):
         if result.get("setup_error"):
             raise ProtocolError(f"runner could not isolate a case: {str(result['setup_error'])[:200]}")
+        if result.get("starved"):
+            raise StarvedCase(
+                f"a case was stopped after {result.get('seconds')} s of wall time before its own time was "
+                "spent: the host starved it of CPU"
+            )
         output = case_output(result)
         reason = grade_output(
             result.get("exit_code"),

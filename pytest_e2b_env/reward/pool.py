@@ -75,6 +75,8 @@ def _failure_kind(exc: BaseException) -> str:
         return "sandbox_lost"
     if "Timeout" in name:
         return "timeout"
+    if name == "StarvedCase":
+        return "host_starved"
     if "Protocol" in name or "CommandExit" in name:
         return "runner_broken"
     return "sandbox_error"

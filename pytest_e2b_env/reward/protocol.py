@@ -31,6 +31,14 @@ class ProtocolError(Exception):
     """The runner's answer is missing or malformed: the worker is broken (infrastructure)."""
 
 
+class StarvedCase(Exception):
+    """A case was stopped by the wall backstop before its own time was spent: the host starved it.
+
+    Infrastructure, like a lost worker: the candidate is tried once more on a fresh worker, and
+    gets no score (never a 0) when that is starved too.
+    """
+
+
 @dataclass(frozen=True)
 class Limits:
     """Per-case resource limits applied inside the worker (see docs/reward.md).

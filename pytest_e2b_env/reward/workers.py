@@ -31,6 +31,7 @@ from pytest_e2b_env.reward.protocol import (
     Batch,
     Payload,
     ProtocolError,
+    StarvedCase,
     install_command,
     parse_answer,
     probe_text,
@@ -52,6 +53,8 @@ def is_transient(exc: BaseException) -> bool:
         return True
     if isinstance(exc, CommandExitException | ProtocolError):
         return True  # the runner itself died or answered garbage: the worker is broken
+    if isinstance(exc, StarvedCase):
+        return True  # the host, not the candidate, ran out of time
     if isinstance(exc, SandboxException):
         return exc.status_code is None or exc.status_code >= 500 or exc.status_code == 429
     return isinstance(exc, httpx.TransportError | httpx.TimeoutException | ConnectionError | OSError)

@@ -385,8 +385,13 @@ def _open_proc() -> int | None:
         return None
 
 
-def _wait_deadline(pid: int, seconds: float, slack: float, proc_fd: int | None = None) -> tuple[int, bool]:
-    """Wait for ``pid`` until its own time passes ``seconds``; SIGKILL it then. (wait status, timed_out)
+def _wait_deadline(
+    pid: int, seconds: float, slack: float, proc_fd: int | None = None
+) -> tuple[int, bool, bool]:
+    """Wait for ``pid`` until its own time passes ``seconds``; SIGKILL it then.
+
+    Returns (wait status, timed out, starved): starved when the backstop stopped it before its own
+    time was spent, which says the host, not the program, ran out of time.
 
     Its own time is wall time minus the time it sat runnable waiting for a CPU: on a loaded host a
     correct program is slowed, not wrong, and scoring it 0 would teach the policy noise. A program
@@ -402,7 +407,7 @@ def _wait_deadline(pid: int, seconds: float, slack: float, proc_fd: int | None =
         base = _runqueue_seconds(proc_fd, pid)
         first = _tree_usage(proc_fd, pid)
         hard = start + seconds * slack
-        timed_out = False
+        timed_out = starved_out = False
         while True:
             now = time.monotonic()
             waited = _runqueue_seconds(proc_fd, pid)
@@ -413,13 +418,14 @@ def _wait_deadline(pid: int, seconds: float, slack: float, proc_fd: int | None =
             left = min(seconds - own, hard - now)
             if left <= 0:
                 timed_out = True
+                starved_out = own < seconds
                 os.kill(pid, signal.SIGKILL)
                 break
             ready, _, _ = select.select([pidfd], [], [], left)
             if ready:
                 break
         _, status = os.waitpid(pid, 0)
-        return status, timed_out
+        return status, timed_out, starved_out
     finally:
         os.close(pidfd)
 
@@ -464,13 +470,14 @@ def _supervise(
         else:
             started = time.monotonic()
             uid = _uid_of(proc_fd, pid)  # B has exec'd: the program's own credentials
-            status, timed_out = _wait_deadline(
+            status, timed_out, starved = _wait_deadline(
                 pid, spec["case_seconds"], spec["limits"]["wall_slack"], proc_fd
             )
             report = {
                 "setup_seconds": round(started - began, 6),
                 "seconds": round(time.monotonic() - started, 6),
                 "timed_out": timed_out,
+                "starved": starved,
                 "exit_code": os.waitstatus_to_exitcode(status),
                 "uid": uid,
                 "started": round(started, 6),  # the worker's monotonic clock: cases side by side overlap

@@ -106,7 +106,8 @@ def test_cgroups_of_a_killed_emulator_are_swept(small: Emulator, controller: str
     from emu_helpers import eventually
 
     from pytest_e2b_env.emulator.isolation import BASE_DIR, select_backend
-    from pytest_e2b_env.emulator.isolation.quota import _own_cgroup
+    from pytest_e2b_env.emulator.isolation.owners import dead
+    from pytest_e2b_env.emulator.isolation.quota import _own_cgroup, sweep_groups
 
     parent, why = _own_cgroup(controller)
     if parent is None or f"(cgroup v1 {controller})" not in small.isolation_reason:
@@ -119,7 +120,14 @@ def test_cgroups_of_a_killed_emulator_are_swept(small: Emulator, controller: str
         os.kill(doomed.pid, signal.SIGKILL)
         eventually(lambda: all(not (p / "tasks").read_text() for p in mine.iterdir() if p.is_dir()), 20)
     select_backend(root=BASE_DIR / f"{os.getpid()}-sweep", force="namespaces").close()
-    assert not mine.exists()
+
+    # On a loaded host a v1 group can refuse rmdir (EBUSY) for a moment after its last task left;
+    # the sweep then leaves it to the next start, which is what these further sweeps stand for.
+    def swept() -> bool:
+        sweep_groups(parent, lambda name: dead(BASE_DIR, name))
+        return not mine.exists()
+
+    eventually(swept, 20, f"the sweep of {mine}")
 
 
 HOGS = 12

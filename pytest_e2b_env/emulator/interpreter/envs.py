@@ -15,6 +15,8 @@ none of the cell; ``\\n`` in JSON text becomes a newline).
 
 from __future__ import annotations
 
+from pytest_e2b_env.settings import ENV_IN_SANDBOX, ENV_IN_SANDBOX_ID, ENV_IN_SANDBOX_TEMPLATE
+
 
 def set_code(envs: dict[str, str]) -> str:
     """The lines that set ``envs`` (E2B's ``_set_env_vars_code`` for Python)."""
@@ -59,6 +61,6 @@ def with_envs(code: str, sandbox_snippet: str, envs: dict[str, str]) -> str:
 
 def sandbox_envs(sandbox_id: str, template_id: str, envs: dict[str, str]) -> dict[str, str]:
     """What envd's ``GET /envs`` answers for a sandbox, in the order E2B's server receives it."""
-    found = {"E2B_SANDBOX": "true", "E2B_SANDBOX_ID": sandbox_id, "E2B_TEMPLATE_ID": template_id}
+    found = {ENV_IN_SANDBOX: "true", ENV_IN_SANDBOX_ID: sandbox_id, ENV_IN_SANDBOX_TEMPLATE: template_id}
     found.update({k: v for k, v in envs.items() if k not in found})
     return dict(sorted(found.items()))
