@@ -420,7 +420,31 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         workeroutput["e2b_info"] = json.dumps({"isolation": target.isolation})
     if workeroutput is None:  # xdist workers each see a part; only a whole run's times are kept
         _remember_durations(session)
-    runtime.close()
+    if session.exitstatus == pytest.ExitCode.INTERRUPTED:
+        _close_interrupted(session, runtime)
+    else:
+        runtime.close()
+
+
+def _close_interrupted(session: pytest.Session, runtime: Runtime) -> None:
+    """Ctrl-C: end the running cases, their hosts and sandboxes now; a second Ctrl-C waits.
+
+    A second interrupt mid-teardown would leave sandboxes and processes behind and the bundle
+    unwritten, so it is ignored until the teardown is done (a few seconds).
+    """
+    import signal
+    import threading
+
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("e2b: interrupted: ending the running cases, their sandboxes and processes ...")
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        runtime.close(interrupted=True)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 def _remember_durations(session: pytest.Session) -> None:

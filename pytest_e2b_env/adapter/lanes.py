@@ -217,6 +217,7 @@ class Lanes:
         self._stopping = False
         self._threads: list[threading.Thread] = []
         self._closers: list[Any] = []
+        self._hosts: list[CaseHost] = []  # every lane's, for abort()
         self._templates: dict[str, HostTemplate] = {}
         #: Why a lane could not work (its target did not open); the reporter lists them.
         self.problems: list[str] = []
@@ -278,6 +279,18 @@ class Lanes:
             self._stopping = True
             for queue in self._queues.values():
                 queue.clear()
+
+    def abort(self) -> None:
+        """Ctrl-C: start no further case and end the running ones now (their hosts are killed).
+
+        A running case then fails at once on its host's death and its lane releases its sandboxes
+        and target as always; :meth:`close` waits for that.
+        """
+        self.stop()
+        with self._lock:
+            hosts = list(self._hosts)
+        for host in hosts:
+            host.kill()
 
     def close(self) -> None:
         """Stop, wait for the running cases, then release every lane's hosts and target.
@@ -357,6 +370,11 @@ class Lanes:
         def host_of(subject: SubjectInfo, of: str) -> CaseHost:
             if of not in hosts:
                 hosts[of] = host_for(target, subject, self._template(of))
+                with self._lock:
+                    self._hosts.append(hosts[of])
+                    stopping = self._stopping
+                if stopping:  # aborted while this host was made: it must not run a case
+                    hosts[of].kill()
                 with contextlib.suppress(Exception):  # imports and warm-up overlap the queue's wait
                     hosts[of].start(warm_up=subject.contract.warm_up is not None)
             return hosts[of]

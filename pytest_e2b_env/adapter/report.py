@@ -41,6 +41,10 @@ class Redacting:
         self._tr.write_line(self._redactor.text(line), **markup)
 
 
+#: The bundle's mark of a run Ctrl-C ended (a problem: what it holds is not the whole catalog).
+INTERRUPTED = "the run was interrupted (Ctrl-C)"
+
+
 def case_id_of(nodeid: str) -> str | None:
     """The case id of a catalog node id, else None."""
     return nodeid[len(PREFIX) :] if nodeid.startswith(PREFIX) else None
@@ -143,11 +147,14 @@ class EvidenceReporter:
         from pytest_e2b_env.evidence import BundleWriter, verify_bundle
         from pytest_e2b_env.evidence.runinfo import subject_source
 
-        stopped = bool(session.shouldstop or session.shouldfail)
+        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+        stopped = bool(session.shouldstop or session.shouldfail) or interrupted
+        why = "the run was interrupted (Ctrl-C)" if interrupted else session.shouldstop or session.shouldfail
+        ran = sum(1 for case_id in self.expected if case_id in self.records)
         known = {c.id: c for c in (self.config.stash[runtime_key].loaded_cases or [])}
         for case_id in self.expected:
             if case_id not in self.records and stopped:
-                reason = f"not run: the session stopped early ({session.shouldstop or session.shouldfail})"
+                reason = f"not run: the session stopped early ({why})"
                 case = known.get(case_id)
                 fields = (
                     {"subject": case.subject, "family": case.family, "description": case.description}
@@ -190,6 +197,8 @@ class EvidenceReporter:
             "relaxed_policies": sorted(self.settings.relax),
             "contracts": self.info.get("contracts", {}),
         }
+        if interrupted:
+            manifest["interrupted"] = True
         if self.info.get("tasks_digest"):
             manifest["tasks_digest"] = self.info["tasks_digest"]
         if self.settings.live:
@@ -200,6 +209,8 @@ class EvidenceReporter:
         try:
             writer = BundleWriter(self.settings.evidence, self.settings.run_id, manifest, secrets=secrets)
 
+            if interrupted:
+                writer.add_problem(f"{INTERRUPTED} after {ran} of {len(self.expected)} cases")
             for problem in runtime.problems:
                 writer.add_problem(problem)
             for record in self.records.values():
@@ -270,7 +281,10 @@ class EvidenceReporter:
         if self.settings.summary is not None and self.bundle is not None:
             tr.write_line(f"summary appended to: {self.settings.summary}")
         for problem in self.problems:
-            tr.write_line(f"evidence problem: {problem}", red=True)
+            if INTERRUPTED in problem and problem.startswith("run is marked incomplete"):
+                tr.write_line(f"e2b: {problem[problem.index(INTERRUPTED) :].split(';')[0]}", yellow=True)
+            else:
+                tr.write_line(f"evidence problem: {problem}", red=True)
 
 
 def _cpu_seconds() -> float:

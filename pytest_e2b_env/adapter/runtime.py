@@ -279,17 +279,20 @@ class Runtime:
         self.lanes.start()
         return True
 
-    def close(self) -> None:
+    def close(self, interrupted: bool = False) -> None:
         """Release the lanes', and at the same time this process's, hosts, sandboxes and targets.
 
         The two share nothing (each lane has its own target and hosts), and each side mostly
         waits (servers stopping, emulators exiting), so they overlap: the run ends sooner.
+        ``interrupted`` (Ctrl-C): the cases still running are ended now, not waited for.
         """
         own_problems: list[str] = []
         own = threading.Thread(target=self._close_own, args=(own_problems,), name="close-own", daemon=True)
         own.start()
         lanes, self.lanes = self.lanes, None
-        if lanes is not None:  # their cases are over
+        if lanes is not None:
+            if interrupted:
+                lanes.abort()
             lanes.close()
             self.problems.extend(lanes.problems)
         preopened, self._preopened = self._preopened, None

@@ -100,6 +100,7 @@ class CaseHost(SubjectCalls):
             pass_fds=(req_r, rep_w),
             env=env,
             stdin=subprocess.DEVNULL,
+            start_new_session=True,  # a terminal's Ctrl-C is the controller's to handle, not the subject's
         )
         os.close(req_r)
         os.close(rep_w)
@@ -145,6 +146,14 @@ class CaseHost(SubjectCalls):
         """The host's pid (the controller started or forked it: never what the host says)."""
         proc = self._proc
         return proc.pid if proc is not None else None
+
+    def kill(self) -> None:
+        """End the host now (Ctrl-C), from any thread: a call waiting on it fails at once, and the
+        case's own cleanup and :meth:`close` then end what it started."""
+        proc = self._proc
+        if proc is not None:
+            with contextlib.suppress(Exception):
+                proc.kill()
 
     def close(self) -> None:
         """Ask the host to release what it holds (servers), make sure it is gone, end what it started."""

@@ -183,6 +183,7 @@ class HostTemplate:
                     pass_fds=(theirs.fileno(),),
                     env=host_env(self.token),
                     stdin=subprocess.DEVNULL,
+                    start_new_session=True,  # a terminal's Ctrl-C goes to the controller alone
                 )
                 theirs.close()
                 self._sock = ours

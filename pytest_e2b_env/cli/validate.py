@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Run the case catalog in this directory's pytest project and write an evidence bundle. "
             "Subjects: those named here, else the project's e2b_*_subject ini keys, else the bundled "
-            "reference code. Exit status: 0 all passed, 1 a case failed, 2 usage, 3 internal error."
+            "reference code. Exit status: 0 all passed, 1 a case failed, 2 usage, 3 internal error or "
+            "interrupted (Ctrl-C: the bundle is still written, marked interrupted)."
         ),
         epilog="Arguments after a lone -- are passed to pytest unchanged.",
     )

@@ -145,6 +145,9 @@ class Emulator:
             stderr=self._stderr,
             env=env,
             close_fds=True,
+            # A terminal's Ctrl-C goes to the process that owns this emulator, which stops it in
+            # order (sandboxes first); the emulator still ends with its owner (ENV_EMULATOR_OWNER).
+            start_new_session=True,
         )
         try:
             assert self._proc.stdin is not None

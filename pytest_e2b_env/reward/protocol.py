@@ -55,8 +55,11 @@ class Limits:
     output_bytes: int = 65536
     #: A case is stopped at ``case_seconds`` x this of wall time, however long it waited for a CPU
     #: (its deadline counts its own time only): slack for a loaded host. A fork bomb is not
-    #: starved but is its own load (its tree's CPU counts), so it ends at its deadline.
-    wall_slack: float = 3.0
+    #: starved but is its own load (its tree's CPU counts), so it ends at its deadline. Stopped
+    #: here with its own time unspent, a lone program was starved: no score, never a 0. Ten: a
+    #: program reaches its own deadline (a 0 for an endless loop) with a tenth of a CPU, which a
+    #: two-core CI runner with several test workers still gives it.
+    wall_slack: float = 10.0
     #: Cases of one candidate run side by side, this many at a time, where the worker gives each
     #: its own user namespace (Linux 5.14+); one at a time otherwise. Same isolation either way.
     parallel_cases: int = 4

@@ -324,8 +324,9 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # the unit of /proc/PID/stat times
 MAX_TREE = 1024
 
 
-def _tree_usage(proc_fd: int | None, pid: int) -> tuple[float, int] | None:
-    """(CPU seconds, CPUs it may run on) of ``pid`` and its descendants, or None without ``/proc``.
+def _tree_usage(proc_fd: int | None, pid: int) -> tuple[float, int, int, int] | None:
+    """(CPU seconds, CPUs it may run on, threads, ticks of reaped children) of ``pid`` and its
+    descendants, or None without ``/proc``.
 
     The seconds count every process of the tree, live or reaped (a reaped child's time is in its
     parent's ``cutime``); orphans are reparented to ``pid``, the case's pid 1, so the walk over
@@ -335,7 +336,7 @@ def _tree_usage(proc_fd: int | None, pid: int) -> tuple[float, int] | None:
     """
     if proc_fd is None:
         return None
-    ticks, cpus, seen, todo, tasks = 0, set(), {pid}, [pid], 0
+    ticks, cpus, seen, todo, tasks, reaped = 0, set(), {pid}, [pid], 0, 0
     while todo and tasks < MAX_TREE:
         cur = todo.pop()
         raw = _proc_read(proc_fd, cur, "stat", 1024)
@@ -344,7 +345,9 @@ def _tree_usage(proc_fd: int | None, pid: int) -> tuple[float, int] | None:
                 return None
             continue
         with contextlib.suppress(ValueError, IndexError):
-            ticks += sum(int(f) for f in raw[raw.rfind(b")") + 2 :].split()[11:15])  # u/s/cu/cs time
+            times = [int(f) for f in raw[raw.rfind(b")") + 2 :].split()[11:15]]  # u/s/cu/cs time
+            ticks += sum(times)
+            reaped += times[2] + times[3]
         with contextlib.suppress(OSError):
             cpus |= os.sched_getaffinity(cur)
         try:
@@ -364,7 +367,7 @@ def _tree_usage(proc_fd: int | None, pid: int) -> tuple[float, int] | None:
                 if len(seen) < MAX_TREE and child.isdigit() and int(child) not in seen:
                     seen.add(int(child))
                     todo.append(int(child))
-    return ticks / CLOCK_TICKS, max(1, len(cpus))
+    return ticks / CLOCK_TICKS, max(1, len(cpus)), tasks, reaped
 
 
 def _uid_of(proc_fd: int | None, pid: int) -> int | None:
@@ -390,8 +393,11 @@ def _wait_deadline(
 ) -> tuple[int, bool, bool]:
     """Wait for ``pid`` until its own time passes ``seconds``; SIGKILL it then.
 
-    Returns (wait status, timed out, starved): starved when the backstop stopped it before its own
-    time was spent, which says the host, not the program, ran out of time.
+    Returns (wait status, timed out, starved). Starved: the backstop stopped it before its own time
+    was spent while it was one thread alone (no other thread or process of its own at any look, no
+    reaped child, never more than one CPU-second per second), so nothing of its own kept it
+    waiting: the host, not the program, ran out of time. A program with company of its own (a fork
+    bomb, busy threads) that the backstop stops has timed out, whatever else loads the host.
 
     Its own time is wall time minus the time it sat runnable waiting for a CPU: on a loaded host a
     correct program is slowed, not wrong, and scoring it 0 would teach the policy noise. A program
@@ -408,17 +414,20 @@ def _wait_deadline(
         first = _tree_usage(proc_fd, pid)
         hard = start + seconds * slack
         timed_out = starved_out = False
+        alone = first is not None and first[2] == 1 and not first[3]
         while True:
             now = time.monotonic()
             waited = _runqueue_seconds(proc_fd, pid)
             starved = waited - base if waited is not None and base is not None else 0.0
             own = now - start - starved
             if starved > 0 and first is not None and (usage := _tree_usage(proc_fd, pid)) is not None:
-                own = max(own, (usage[0] - first[0]) / usage[1])
+                used = usage[0] - first[0]
+                own = max(own, used / usage[1])
+                alone = alone and usage[2] == 1 and not usage[3] and used <= now - start + 0.05
             left = min(seconds - own, hard - now)
             if left <= 0:
                 timed_out = True
-                starved_out = own < seconds
+                starved_out = alone and own < seconds
                 os.kill(pid, signal.SIGKILL)
                 break
             ready, _, _ = select.select([pidfd], [], [], left)
