@@ -381,7 +381,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     if not _active(item.config):
         return report
-    if call.when == "call" or (call.when == "setup" and report.skipped):
+    if call.when == "call" or (call.when == "setup" and (report.skipped or report.failed)):
         from pytest_e2b_env.adapter.items import CaseItem, result_payload
 
         if isinstance(item, CaseItem):
@@ -420,7 +420,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         workeroutput["e2b_info"] = json.dumps({"isolation": target.isolation})
     if workeroutput is None:  # xdist workers each see a part; only a whole run's times are kept
         _remember_durations(session)
-    if session.exitstatus == pytest.ExitCode.INTERRUPTED:
+    from pytest_e2b_env.adapter.report import ctrl_c
+
+    if ctrl_c(session, session.exitstatus):
         _close_interrupted(session, runtime)
     else:
         runtime.close()

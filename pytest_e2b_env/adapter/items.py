@@ -65,6 +65,22 @@ class CaseItem(pytest.Item):
         self.extra_keyword_matches.update({case.family, case.subject})
         self.add_marker(pytest.mark.e2b_case(case.id))
 
+    def setup(self) -> None:
+        """The target, before the case: one that cannot start (or refuses the key) is the run's
+        error (pytest's ERROR, the record's ``error``), never the case's failure."""
+        runtime = self.config.stash[runtime_key]
+        if runtime.settings.mode not in self.case.modes:
+            return
+        try:
+            runtime.target()
+            return
+        except InfrastructureError as exc:
+            why = str(exc)
+        # One clear error (the message, no traceback), then stop: the rest are recorded as not run.
+        self.e2b_result = CaseRecord.for_case(self.case, self.subject.spec, "error", why)
+        self.session.shouldstop = "the e2b target is unavailable"
+        pytest.fail(why, pytrace=False)
+
     def runtest(self) -> None:
         """Run the case; fail with every unmet criterion, warn on relaxed ones, or skip with the reason."""
         runtime = self.config.stash[runtime_key]
@@ -73,13 +89,7 @@ class CaseItem(pytest.Item):
             reason = f"not runnable {settings.mode}: {self.case.modes_reason}"
             self.e2b_result = CaseRecord.for_case(self.case, self.subject.spec, "skipped", reason)
             pytest.skip(reason)
-        try:
-            target = runtime.target()
-        except InfrastructureError as exc:
-            # One clear error, then stop: the remaining cases are recorded as not run.
-            self.e2b_result = CaseRecord.for_case(self.case, self.subject.spec, "error", str(exc))
-            self.session.shouldstop = "the e2b target is unavailable"
-            raise
+        target = runtime.target()  # opened by setup()
         lanes = runtime.lanes
         result = lanes.result(self.nodeid) if lanes is not None and lanes.owns(self.nodeid) else None
         if result is None:  # no lane ran it: on this process's target, in this process's case host

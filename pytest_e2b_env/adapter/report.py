@@ -45,6 +45,11 @@ class Redacting:
 INTERRUPTED = "the run was interrupted (Ctrl-C)"
 
 
+def ctrl_c(session: pytest.Session, exitstatus: int) -> bool:
+    """Whether the run ended by Ctrl-C (pytest's INTERRUPTED is also a stop the run asked for)."""
+    return exitstatus == pytest.ExitCode.INTERRUPTED and not (session.shouldstop or session.shouldfail)
+
+
 def case_id_of(nodeid: str) -> str | None:
     """The case id of a catalog node id, else None."""
     return nodeid[len(PREFIX) :] if nodeid.startswith(PREFIX) else None
@@ -147,7 +152,7 @@ class EvidenceReporter:
         from pytest_e2b_env.evidence import BundleWriter, verify_bundle
         from pytest_e2b_env.evidence.runinfo import subject_source
 
-        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+        interrupted = ctrl_c(session, exitstatus)
         stopped = bool(session.shouldstop or session.shouldfail) or interrupted
         why = "the run was interrupted (Ctrl-C)" if interrupted else session.shouldstop or session.shouldfail
         ran = sum(1 for case_id in self.expected if case_id in self.records)

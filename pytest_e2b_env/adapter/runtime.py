@@ -159,10 +159,18 @@ class Runtime:
                     with contextlib.suppress(Exception):
                         target.close()
                     upstream = target.describe()["api_url"] or "the configured URL"
-                    self._failure = (
-                        f"the live E2B API at {upstream} did not answer (asked through the local fault "
-                        f"proxy at {target.endpoint}): {self.brief(exc)}; check the network and E2B_API_KEY"
-                    )
+                    via = f"asked through the local fault proxy at {target.endpoint}"
+                    refused = getattr(exc, "status_code", None) in (401, 403)
+                    if refused or "Authentication" in type(exc).__name__:
+                        self._failure = (
+                            f"the live E2B API at {upstream} refused E2B_API_KEY ({via}): {self.brief(exc)}; "
+                            "set E2B_API_KEY to a key of your E2B team (dashboard, API keys)"
+                        )
+                    else:
+                        self._failure = (
+                            f"the live E2B API at {upstream} did not answer ({via}): {self.brief(exc)}; "
+                            "check the network and E2B_API_KEY"
+                        )
                     self.problems.append(self._failure)
                     raise InfrastructureError(self._failure) from None
             self._target = target
