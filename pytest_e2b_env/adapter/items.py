@@ -99,6 +99,8 @@ class CaseItem(pytest.Item):
             assert host is not None  # items exist only for kinds with a subject
             result = run_on(self.case, settings, target, host)
         self.e2b_result = result
+        if result.subject_output:  # pytest shows it under the case's failure (and with -rA)
+            self.add_report_section("call", "subject output", result.subject_output)
         if result.status == "skipped":
             pytest.skip(result.reason or "skipped")
         if result.status == "relaxed":

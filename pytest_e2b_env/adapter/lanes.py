@@ -54,7 +54,11 @@ def run_on(case: Case, settings: Settings, target: Target, host: CaseHost) -> Ca
     from pytest_e2b_env.adapter.redact import redact_record
     from pytest_e2b_env.catalog.runner import run_case
 
-    record = run_case(case, host, target, extra_tools=settings.episode_tools, relax=settings.relax)
+    try:  # what the host printed before (its import, its warm-up) is shown with its first case
+        record = run_case(case, host, target, extra_tools=settings.episode_tools, relax=settings.relax)
+    finally:
+        said = host.take_output()
+    record.subject_output = said or None
     return redact_record(record, [target.api_key])
 
 

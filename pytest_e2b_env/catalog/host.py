@@ -35,6 +35,7 @@ from pytest_e2b_env.catalog import procs
 from pytest_e2b_env.catalog.calls import CASE_TIMEOUT, HostDied, SubjectCalls
 from pytest_e2b_env.catalog.contract import SubjectInfo
 from pytest_e2b_env.catalog.hostfork import Forked, HostTemplate, host_env
+from pytest_e2b_env.catalog.hostoutput import OutputTail
 from pytest_e2b_env.catalog.raw import dumps, loads
 
 __all__ = ["CASE_TIMEOUT", "CaseHost", "HostDied"]
@@ -88,22 +89,31 @@ class CaseHost(SubjectCalls):
         self._generation = 0
         self._pending: list[int] = []  # answers owed for hello / warm_up
         self._ended: str | None = None  # how the last host ended, for every call that was waiting
+        self._output: OutputTail | None = None  # the host's stdout and stderr
+        self._carried = ""  # what an earlier host of this one printed and no case took yet
 
     # ------------------------------------------------------------------ lifecycle
     def _start(self) -> None:
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
-        forked = self.template.fork(req_r, rep_w) if self.template is not None else None
+        if self._output is not None:
+            self._carried += self._output.take()
+        output = self._output = OutputTail()
+        out = output.child_end()
+        forked = self.template.fork(req_r, rep_w, out) if self.template is not None else None
         env = host_env(self.marker)
         self._proc = forked or subprocess.Popen(
             [sys.executable, "-m", "pytest_e2b_env.catalog.hostchild", str(req_r), str(rep_w)],
             pass_fds=(req_r, rep_w),
             env=env,
             stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
             start_new_session=True,  # a terminal's Ctrl-C is the controller's to handle, not the subject's
         )
         os.close(req_r)
         os.close(rep_w)
+        output.close_child_end()
         self._generation += 1
         with self._cond:
             self._dead = None
@@ -146,6 +156,12 @@ class CaseHost(SubjectCalls):
         """The host's pid (the controller started or forked it: never what the host says)."""
         proc = self._proc
         return proc.pid if proc is not None else None
+
+    def take_output(self) -> str:
+        """What the subject printed (stdout and stderr) since the last take: the tail of it."""
+        carried, self._carried = self._carried, ""
+        output = self._output
+        return carried + (output.take() if output is not None else "")
 
     def kill(self) -> None:
         """End the host now (Ctrl-C), from any thread: a call waiting on it fails at once, and the

@@ -206,8 +206,9 @@ class HostTemplate:
         if self._loaded.get("contract") is None:
             self._refuse(str(self._loaded.get("why") or "it could not import the subject"))
 
-    def fork(self, req_fd: int, rep_fd: int) -> Forked | None:
-        """A host forked with these pipe ends (the caller closes its own copies); None: spawn it."""
+    def fork(self, req_fd: int, rep_fd: int, out_fd: int) -> Forked | None:
+        """A host forked with these pipe ends, ``out_fd`` its stdout and stderr (the caller closes
+        its own copies); None: spawn it."""
         self.start()
         with self._lock:
             if self.refused is not None:
@@ -217,7 +218,7 @@ class HostTemplate:
                     self._take_loaded()
                 if self.refused is not None or (not self._ready and not self._preloaded()):
                     return None
-                pid = self._ask({"op": "fork"}, fds=(req_fd, rep_fd)).get("pid")
+                pid = self._ask({"op": "fork"}, fds=(req_fd, rep_fd, out_fd)).get("pid")
             except OSError as exc:
                 self._refuse(f"the template stopped answering ({exc})")
                 return None
@@ -372,17 +373,22 @@ def _serve(sock: socket.socket) -> int:
     children: set[int] = set()
     while True:
         fds = array.array("i")
-        data, ancillary, _, _ = sock.recvmsg(MAX_MESSAGE, socket.CMSG_SPACE(2 * fds.itemsize))
+        data, ancillary, _, _ = sock.recvmsg(MAX_MESSAGE, socket.CMSG_SPACE(3 * fds.itemsize))
         for level, kind, payload in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
         if not data:
             break
         request = json.loads(data)
-        if request.get("op") == "fork" and len(fds) == 2:
+        if request.get("op") == "fork" and len(fds) == 3:
+            for stream in (sys.stdout, sys.stderr):  # nothing of the template's goes to the host's pipe
+                with contextlib.suppress(BaseException):
+                    stream.flush()
             pid = os.fork()
             if pid == 0:
                 sock.close()
+                os.dup2(fds[2], 1)
+                os.dup2(fds[2], 2)
                 _run_host(fds[0], fds[1], spec, subject)
             for fd in fds:
                 os.close(fd)

@@ -36,6 +36,8 @@ class CaseRecord:
     relaxed: list[str] = field(default_factory=list)
     #: Recommendations that never fail a case (e.g. tag your sandboxes).
     advice: list[str] = field(default_factory=list)
+    #: What the subject printed (stdout and stderr of its case host) during the case: the tail.
+    subject_output: str | None = None
     trajectory: list[dict[str, Any]] = field(default_factory=list, repr=False)
     cleanup: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
