@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -264,6 +265,8 @@ class EvidenceReporter:
             return
         tr = Redacting(terminalreporter, self.config.stash[runtime_key].redactor())
         tr.section("e2b catalog")
+        for line, markup in failure_lines(self.records.values()):
+            tr.write_line(line, **markup)
         counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         for record in self.records.values():
             counts[record["family"]][record["status"]] += 1
@@ -290,6 +293,46 @@ class EvidenceReporter:
                 tr.write_line(f"e2b: {problem[problem.index(INTERRUPTED) :].split(';')[0]}", yellow=True)
             else:
                 tr.write_line(f"evidence problem: {problem}", red=True)
+
+
+#: How much of a criterion's expectation and observation a summary line shows.
+_SHOWN = 160
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
+
+
+def failure_lines(records: Iterable[dict[str, Any]]) -> list[tuple[str, dict[str, bool]]]:
+    """The failing cases first, safety before policy before no verdict: each with its first failed
+    criterion (what was expected and seen) and what would fix it, as terminal lines and markup."""
+    from pytest_e2b_env.evidence.report_failures import KINDS, failed_criteria, failure_kind
+
+    failing = [r for r in records if r.get("status") in ("failed", "error")]
+    order = {kind: n for n, (kind, _, _) in enumerate(KINDS)}
+    failing.sort(key=lambda r: order[failure_kind(str(r["status"]), r)])
+    lines: list[tuple[str, dict[str, bool]]] = []
+    for record in failing:
+        kind = failure_kind(str(record["status"]), record)
+        criteria = failed_criteria(record)
+        head = f"{record['status'].upper()} [{kind}] {record['id']}"
+        if criteria:
+            first = criteria[0]
+            more = f" (+{len(criteria) - 1} more)" if len(criteria) > 1 else ""
+            lines.append((f"{head}: {first.get('id')}: {first.get('description')}{more}", {"red": True}))
+            seen = f"expected {_short(first.get('expected'))}, observed {_short(first.get('actual'))}"
+            lines.append((f"    {seen}", {}))
+        else:
+            reason = str(record.get("reason") or "no reason recorded")[:_SHOWN]
+            lines.append((f"{head}: {reason}", {"red": True}))
+        fixes = [str(a) for a in record.get("advice") or () if isinstance(a, str)]
+        policies = sorted({str(c.get("policy")) for c in criteria if c.get("severity") == "policy"})
+        if kind == "policy" and policies:
+            fixes.append(f"a house policy: fix it, or relax it by name (e2b_relax = {', '.join(policies)})")
+        if fixes:
+            lines.append((f"    fix: {fixes[0][: _SHOWN * 2]}", {"yellow": True}))
+    return lines
 
 
 def _cpu_seconds() -> float:
