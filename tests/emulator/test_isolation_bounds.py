@@ -77,6 +77,32 @@ def test_an_owner_is_dead_exactly_when_its_lock_is_free(tmp_path: Path) -> None:
     assert dead(tmp_path, "b-2")
 
 
+def test_an_owner_outlasts_a_sweep_that_held_its_fresh_lock(tmp_path: Path) -> None:
+    """A sweep that took a new emulator's lock file between its creation and its lock removes the
+    directory and the file; the emulator then locks a file of its own and has its directory."""
+    import fcntl
+    import threading
+
+    root = tmp_path / "c-3"
+    root.mkdir()
+    lock = tmp_path / "c-3.lock"
+    sweeper = os.open(lock, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(sweeper, fcntl.LOCK_EX)  # the sweep holds it: the owner waits
+    got: list[Owner] = []
+    taking = threading.Thread(target=lambda: got.append(Owner(root)))
+    taking.start()
+    taking.join(0.3)
+    assert taking.is_alive()
+    root.rmdir()  # what the sweep does with the lock held: the tree, then the file
+    lock.unlink()
+    os.close(sweeper)
+    taking.join(10)
+    (owner,) = got
+    assert root.is_dir()
+    assert not dead(tmp_path, "c-3")  # the file at the path now is the one it holds
+    owner.release()
+
+
 def test_names_are_unique_per_emulator() -> None:
     """Two names taken by one process differ (a pid alone repeats across pid namespaces)."""
     assert new_name() != new_name()

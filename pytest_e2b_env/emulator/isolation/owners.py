@@ -22,6 +22,8 @@ from pathlib import Path
 from pytest_e2b_env.standalone.fsops import remove_tree_quietly
 
 SUFFIX = ".lock"
+#: How long a new emulator may wait for a sweep that holds its fresh lock file.
+TAKE_SECONDS = 5.0
 #: Directories of older releases (named by pid, no lock) are removed once this old.
 LEGACY_AGE = 24 * 3600.0
 
@@ -37,13 +39,32 @@ class Owner:
     def __init__(self, root: Path) -> None:
         self.name = root.name
         self.path = root.with_name(root.name + SUFFIX)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise
-        self._fd: int | None = fd
+        self._fd: int | None = self._take()
+        # Made (again) only now that it is ours: a sweep that took the lock file in the moment
+        # between its creation and our lock removed the directory with it.
+        root.mkdir(mode=0o711, exist_ok=True)
+
+    def _take(self) -> int:
+        """Lock the file at our path, the one there now (not one a sweep just unlinked)."""
+        deadline = time.monotonic() + TAKE_SECONDS
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # a sweep holds it (the name is new: nobody else would)
+                os.close(fd)
+            else:
+                try:
+                    if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
+                        return fd
+                except FileNotFoundError:
+                    pass
+                os.close(fd)  # unlinked by the sweep that held it: lock a new one
+            if time.monotonic() > deadline:
+                raise OSError(
+                    f"could not lock {self.path} within {TAKE_SECONDS:g} s (another emulator's sweep?)"
+                )
+            time.sleep(0.02)
 
     def release(self) -> None:
         """Drop the lock and its file (idempotent)."""
