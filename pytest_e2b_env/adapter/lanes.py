@@ -222,6 +222,11 @@ class Lanes:
         self._threads: list[threading.Thread] = []
         self._closers: list[Any] = []
         self._hosts: list[CaseHost] = []  # every lane's, for abort()
+        #: kind -> "pending" (its first case not taken), "running" (it runs alone), "done"
+        self._probe: dict[str, str] = dict.fromkeys(self._queues, "pending")
+        self._prober: dict[str, int] = {}  # kind -> the lane that ran its first case
+        #: kind -> why its cases run in one lane (its subject holds machine-wide state)
+        self.serial: dict[str, str] = {}
         self._templates: dict[str, HostTemplate] = {}
         #: Why a lane could not work (its target did not open); the reporter lists them.
         self.problems: list[str] = []
@@ -322,16 +327,31 @@ class Lanes:
             return self._templates[kind]
 
     # ------------------------------------------------------------------ one lane
-    def _next(self, kind: str, hosted: set[str]) -> tuple[str, Case, SubjectInfo] | str | None:
+    def _allowed(self, kind: str, number: int) -> bool:
+        """Whether lane ``number`` may take a case of ``kind`` now (the lock is held).
+
+        A kind's first case runs alone (its probe); after it, a kind whose subject holds
+        machine-wide state runs in the probe's lane only (:attr:`serial`).
+        """
+        if self._probe.get(kind) == "running":
+            return False
+        return kind not in self.serial or self._prober.get(kind) == number
+
+    def _next(self, kind: str, hosted: set[str], number: int) -> tuple[str, Case, SubjectInfo] | str | None:
         with self._lock:
             if self._stopping:
                 return None
-            queue = self._queues[kind]
+            probing = [k for k in self._queues if self._queues[k] and self._probe.get(k) == "running"]
+            queue = self._queues[kind] if self._allowed(kind, number) else collections.deque()
             template = self._templates.get(kind)
             if queue and kind not in hosted and template is not None and not template.ready():
                 # Its kind's template is still importing (openenv takes seconds): meanwhile, help
                 # a kind whose hosts already fork, or wait a moment for one that soon will.
-                others = [k for k in sorted(self._queues) if k != kind and self._queues[k]]
+                others = [
+                    k
+                    for k in sorted(self._queues)
+                    if k != kind and self._queues[k] and self._allowed(k, number)
+                ]
                 ready = [k for k in others if self._forks(k)]
                 if ready:
                     queue = self._queues[max(ready, key=lambda k: len(self._queues[k]))]
@@ -344,14 +364,38 @@ class Lanes:
                 others = [
                     k
                     for k in sorted(self._queues)
-                    if self._queues[k] and (k in hosted or not self._alive[k] or self._forks(k))
+                    if self._queues[k]
+                    and self._allowed(k, number)
+                    and (k in hosted or not self._alive[k] or self._forks(k))
                 ]
                 if not others:
-                    return None
+                    return _WAIT if probing else None  # a probe's verdict may free its kind
                 queue = self._queues[max(others, key=lambda k: len(self._queues[k]))]
-            item = queue.popleft()
+            of = queue[0][1].subject
+            if self._probe.get(of) == "pending":  # the probe: its lanes wait for it, so the shortest
+                item = queue.pop()
+                self._probe[of], self._prober[of] = "running", number
+            else:
+                item = queue.popleft()
             self._started.add(item[0])
             return item
+
+    def _probed(self, kind: str, host: CaseHost) -> None:
+        """After a kind's first case: does its subject hold machine-wide state? (serial if so)"""
+        from pytest_e2b_env.catalog.procs import fixed_ports
+
+        pid = host.subject_pid()
+        ports = fixed_ports(pid) if pid is not None else []
+        with self._changed:
+            if ports:
+                shown = ", ".join(str(p) for p in ports)
+                self.serial[kind] = (
+                    f"the {kind} subject's process listens on fixed port {shown}, state every process of "
+                    "the machine shares (a case in one lane could reach the server another lane's "
+                    "process started): its cases ran in one lane, one after another"
+                )
+            self._probe[kind] = "done"
+            self._changed.notify_all()
 
     def _lane(self, number: int, kind: str) -> None:
         try:
@@ -386,7 +430,7 @@ class Lanes:
         with self._lock:
             self._closers.append(release)
         try:
-            while (item := self._next(kind, set(hosts))) is not None:
+            while (item := self._next(kind, set(hosts), number)) is not None:
                 if isinstance(item, str):  # _WAIT
                     time.sleep(0.1)
                     continue
@@ -398,6 +442,14 @@ class Lanes:
                 except BaseException as exc:  # handed to the item, which reports it as its own
                     outcome.error = exc
                 finally:
+                    if (
+                        self._probe.get(case.subject) == "running"
+                        and self._prober.get(case.subject) == number
+                    ):
+                        with contextlib.suppress(Exception):
+                            self._probed(case.subject, hosts[case.subject])
+                        with self._lock:  # whatever the probe met, the kind goes on
+                            self._probe[case.subject] = "done"
                     outcome.done.set()
                     with self._changed:
                         self._changed.notify_all()

@@ -203,6 +203,8 @@ class EvidenceReporter:
             "relaxed_policies": sorted(self.settings.relax),
             "contracts": self.info.get("contracts", {}),
         }
+        if self.info.get("serial_kinds"):
+            manifest["serial_kinds"] = self.info["serial_kinds"]
         if interrupted:
             manifest["interrupted"] = True
         if self.info.get("tasks_digest"):
@@ -282,6 +284,8 @@ class EvidenceReporter:
             for line in record.get("advice") or ()
             if isinstance(line, str) and line.startswith(HINT)
         )
+        for why in (self.info.get("serial_kinds") or {}).values():
+            tr.write_line(f"e2b: {why}", yellow=True)
         for hint in hints:  # once per run, however many cases the shape failed
             tr.write_line(f"hint: {hint}", yellow=True)
         if self.bundle is not None:

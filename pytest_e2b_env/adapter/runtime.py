@@ -198,6 +198,8 @@ class Runtime:
             from pytest_e2b_env.catalog.loader import catalog_hash
 
             facts["catalog_hash"] = catalog_hash(self._cases)
+        if self.lanes is not None and self.lanes.serial:
+            facts["serial_kinds"] = dict(self.lanes.serial)  # kind -> why its cases ran in one lane
         return facts
 
     def cases(self, config: pytest.Config) -> list[Case]:

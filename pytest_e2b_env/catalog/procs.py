@@ -205,3 +205,48 @@ class Starvation:
                 longest = max(longest, now - before.get(tid, 0.0))
         cpu = (tree_cpu(self.subject) - self._cpu) if self.subject else 0.0
         return {"harness_waited_s": round(longest, 3), "subject_cpu_s": round(max(cpu, 0.0), 3)}
+
+
+#: Sockets a process tree may hold that :func:`fixed_ports` looks at (bounded like the walk).
+MAX_SOCKETS = 4096
+
+
+def _socket_inodes(pids: list[int]) -> set[int]:
+    inodes: set[int] = set()
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds[:MAX_SOCKETS]:
+            with contextlib.suppress(OSError):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:["):
+                    inodes.add(int(link[8:-1]))
+    return inodes
+
+
+def _ephemeral_low() -> int:
+    raw = _read("/proc/sys/net/ipv4/ip_local_port_range", 64) or b"32768 60999"
+    with contextlib.suppress(ValueError, IndexError):
+        return int(raw.split()[0])
+    return 32768
+
+
+def fixed_ports(pid: int) -> list[int]:
+    """TCP ports that ``pid`` or a descendant listens on below the ephemeral range: a port chosen
+    in the code (a server on a fixed port, shared by every process of the machine), not one the
+    kernel picked for ``bind(port=0)``. Sorted, from ``/proc/net/tcp{,6}`` of this namespace."""
+    inodes = _socket_inodes([pid, *descendants(pid)])
+    low = _ephemeral_low()
+    ports: set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in (_read(table, 1 << 22) or b"").splitlines()[1:]:
+            fields = line.split()
+            if len(fields) < 10 or fields[3] != b"0A":  # 0A: LISTEN
+                continue
+            with contextlib.suppress(ValueError):
+                port = int(fields[1].rsplit(b":", 1)[1], 16)
+                if int(fields[9]) in inodes and port < low:
+                    ports.add(port)
+    return sorted(ports)

@@ -109,9 +109,10 @@ def test_a_lane_helps_a_kind_that_forks_while_its_own_template_imports() -> None
     lanes._alive = {"reward": 1, "episode": 1}
     importing = _Template(ready=False)
     lanes._templates = {"reward": _Template(ready=True), "episode": importing}  # type: ignore[dict-item]
+    lanes._probe = dict.fromkeys(lanes._probe, "done")  # each kind's first case ran alone already
 
     def kind_taken(kind: str, hosted: set[str]) -> str | None:
-        taken = lanes._next(kind, hosted)
+        taken = lanes._next(kind, hosted, 0)
         return taken if taken is None or isinstance(taken, str) else taken[1].subject
 
     assert kind_taken("episode", set()) == "reward"  # helps while openenv imports
@@ -135,11 +136,35 @@ def test_the_next_run_starts_the_case_that_took_longest_first() -> None:
     seconds = {cases[0].id: 0.5, cases[1].id: 6.0, cases[2].id: 2.0}  # cases[3]: never seen
     lanes = Lanes(None, items, 2, open_target=None, seconds=seconds)  # type: ignore[arg-type]
     lanes._alive = {"reward": 2}
-    taken = [lanes._next("reward", {"reward"}) for _ in cases]
+    lanes._probe = {"reward": "done"}
+    taken = [lanes._next("reward", {"reward"}, 0) for _ in cases]
     assert [t[0] for t in taken if isinstance(t, tuple)] == [cases[n].id for n in (3, 1, 2, 0)]
     plain = Lanes(None, items, 2, open_target=None)  # type: ignore[arg-type]
     plain._alive = {"reward": 2}
-    assert [plain._next("reward", {"reward"})[0] for _ in cases] == [c.id for c in cases]  # type: ignore[index]
+    plain._probe = {"reward": "done"}
+    assert [plain._next("reward", {"reward"}, 0)[0] for _ in cases] == [c.id for c in cases]  # type: ignore[index]
+
+
+def test_a_kinds_first_case_runs_alone_and_a_fixed_port_keeps_the_kind_in_its_lane() -> None:
+    """The shortest case of a kind is its probe: other lanes wait for it; after it, a subject that
+    listens on a fixed port keeps its kind in the probe's lane, and the others end."""
+    from pytest_e2b_env.adapter.lanes import Lanes
+    from pytest_e2b_env.catalog.loader import default_cases_dir, load_cases
+
+    cases = [c for c in load_cases([default_cases_dir()]) if c.subject == "reward"][:4]
+    items = [(c.id, c, None) for c in cases]
+    seconds = {c.id: float(n + 1) for n, c in enumerate(cases)}
+    lanes = Lanes(None, items, 2, open_target=None, seconds=seconds)  # type: ignore[arg-type]
+    lanes._alive = {"reward": 2}
+    probe = lanes._next("reward", {"reward"}, 0)
+    assert isinstance(probe, tuple)
+    assert probe[0] == cases[0].id  # the shortest: the other lane waits for it
+    assert lanes._next("reward", {"reward"}, 1) == "wait"
+    lanes.serial["reward"] = "listens on fixed port 8010"
+    lanes._probe["reward"] = "done"
+    assert lanes._next("reward", {"reward"}, 1) is None  # not its lane's kind any more: it ends
+    rest = [lanes._next("reward", {"reward"}, 0) for _ in cases[1:]]
+    assert [t[0] for t in rest if isinstance(t, tuple)] == [cases[n].id for n in (3, 2, 1)]
 
 
 @pytest.mark.full
