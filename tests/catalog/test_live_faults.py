@@ -7,6 +7,7 @@ third-party-style subjects on the real emulator.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -309,3 +310,41 @@ def test_the_ledger_records_the_lifetime_a_create_asked_for(target: Target) -> N
     result = run_case(case, load_subject("catalog_subjects:long_lived_kill_checked", "reward"), target)
     creates = [e for e in result.trajectory if e.get("kind") == "sandbox_op" and e.get("op") == "create"]
     assert [(e["lifetime_s"], e["auto_pause"]) for e in creates] == [(3600.0, False)]
+
+
+# -- the samples each new case is proven against --------------------------------------------------
+
+SAMPLES = Path(__file__).resolve().parents[2] / "fixtures" / "subjects"
+LEAK = ["faulted_sandbox_released", "no-leak"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "case_id", "failed"),
+    [
+        ("baseline_reward_warm_pool:WarmPool", "reward-live-fault-5xx", []),
+        ("baseline_reward_warm_pool_drops:DroppingWarmPool", "reward-live-fault-5xx", LEAK),
+        ("baseline_reward_warm_pool:WarmPool", "reward-good-correct", []),
+        ("reward_script_expected:factory", "reward-good-correct", [CRITERION]),
+        ("baseline_episode_home:RepairEpisode", "episode-live-fault-command-5xx", []),
+        (
+            "baseline_episode_home_forgets_faulted:ForgetsFaultedEpisode",
+            "episode-live-fault-command-5xx",
+            LEAK,
+        ),
+        ("baseline_episode_home:RepairEpisode", "episode-lost-worker-vanished-before-reward", []),
+        (
+            "baseline_episode_home_unchecked_zero:UncheckedZeroEpisode",
+            "episode-lost-worker-vanished-before-reward",
+            ["masked_or_raise", "no_score"],
+        ),
+    ],
+)
+def test_each_sample_fails_only_the_criterion_its_bug_breaks(
+    target: Target, monkeypatch: pytest.MonkeyPatch, spec: str, case_id: str, failed: list[str]
+) -> None:
+    """Correct samples pass; each single-defect variant fails exactly the criteria of its bug."""
+    monkeypatch.syspath_prepend(str(SAMPLES))
+    (case,) = [c for c in load_cases([default_cases_dir()]) if c.id == case_id]
+    record = run_case(case, load_subject(spec, case.subject), target)
+    assert [c["id"] for c in record.criteria if not c["passed"]] == failed, record.reason
+    assert target.alive_ids() == set()
