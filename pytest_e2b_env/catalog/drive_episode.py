@@ -180,6 +180,7 @@ class EpisodeDriver:
         )
         self._lock = threading.Lock()
         self._failures: list[BaseException] = []
+        self._marks: dict[int, int] = {}  # where each lane's episode began in the ledger
 
     def _observe(
         self,
@@ -227,7 +228,7 @@ class EpisodeDriver:
     def _run_lane(self, lane: int) -> None:
         spec = self.case.episode
         assert spec is not None
-        mark0 = self.target.ledger_mark()
+        mark0 = self._marks[lane] = self.target.ledger_mark()
         _, made = self._observe(lane, "factory", "factory")
         if not made.returned:
             return
@@ -264,6 +265,9 @@ class EpisodeDriver:
                 seconds = self.contract.limit(step.until, self.task) + WINDOW_MARGIN
             time.sleep(seconds)
             return submitted
+        if step.tool == "vanish":
+            self._vanish(lane, index)
+            return submitted
         if step.tool == "reset":
             mark = self.target.ledger_mark()
             self._method(lane, env, "reset", "reset", {"again": True}, step=index, kwargs=row)
@@ -299,6 +303,22 @@ class EpisodeDriver:
             if watch is not None:
                 made.deadline |= watch.measure()
         return submitted or role == "submit"
+
+    def _vanish(self, lane: int, index: int) -> None:
+        """The backend ends every sandbox of the lane's episode alive now, while no call is in flight.
+
+        Killed through the target's API, as an expired lifetime or an operator's kill ends one: the
+        subject learns it only from its next request. Recorded as the harness's step, not a call.
+        """
+        call = Call(name="vanish", lane=lane, step=index, mark_start=self.target.ledger_mark())
+        alive = self.target.alive_ids()
+        ended = sorted(sid for sid in self._created_since(self._marks.get(lane, 0)) if sid in alive)
+        for sandbox_id in ended:
+            self.target.kill(sandbox_id)
+        call.args, call.returned, call.value = {"sandboxes": ended}, True, ended
+        call.mark_end = self.target.ledger_mark()
+        with self._lock:
+            self.obs.calls.append(call)
 
     def run(self) -> Observation:
         """Run every lane (in threads when parallel); raises only what the runner must handle."""

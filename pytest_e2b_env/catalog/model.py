@@ -23,6 +23,7 @@ FAMILIES: tuple[str, ...] = (
     "hostile",
     "lifecycle",
     "isolation",
+    "live-fault",
 )
 MODES: tuple[str, ...] = ("offline", "live")
 _ID = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
@@ -62,6 +63,12 @@ PREDICATES: dict[str, str] = {
     "parallel_isolated": "parallel episodes got exactly these rewards (any order)",
     "reset_replaces": "a second reset() left no sandbox of the first episode alive",
     "tolerate_raises": "the case accepts a raise anywhere (only its other predicates judge it)",
+    "score_mask_or_raise": "an injected fault never changes a number: the scoring call raised, or returned "
+    "exactly these scores where it returned numbers, and None (unscorable) elsewhere; a masked episode had "
+    "every sandbox gone when get_reward() returned",
+    "faulted_sandbox_released": "every sandbox a fault hit while it stayed alive was then killed (the kill "
+    "answered, or a lookup said gone) or used again, and none of them was left alive: a sandbox the subject "
+    "stops using but leaves alive is a leak",
     "masked_or_raise": "an infrastructure fault is unscorable, never a number: the scoring call raised, "
     "or returned None (TRL's unscorable) exactly where the case says 'masked' and these scores elsewhere; "
     "a masked episode had every sandbox gone when get_reward() returned",
@@ -179,7 +186,9 @@ class Step(BaseModel):
     that must be refused (no command may run while it is served). Commands and paths may name
     ``{workdir}``, ``{artifact}`` and the limits in force (``{command_seconds}``...). A ``sleep``
     waits ``seconds`` or ``until`` a limit in force has passed; ``deadline`` marks a call that must
-    come back within that limit (plus the stated tolerance).
+    come back within that limit (plus the stated tolerance). A ``vanish`` step is the backend's, not
+    a call: every sandbox of the episode alive at that point is killed through the target's API
+    while no call is in flight (what an expired lifetime or an operator's kill does to it).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -255,6 +264,9 @@ class Case(BaseModel):
     reward: RewardInput | None = None
     episode: EpisodeInput | None = None
     expect: dict[str, Any] = Field(min_length=1)
+    #: Texts no request may carry into a sandbox (each already a form to look for, see
+    #: ``catalog/expected.py``); a reward case also watches for the forms of its expected outputs.
+    never_in_sandbox: list[str] = Field(default_factory=list)
     source_file: str = ""
 
     @field_validator("id")

@@ -15,6 +15,13 @@ from typing import Any
 from pytest_e2b_env.evidence.redaction import Redactor
 from pytest_e2b_env.targets.tags import created_ids
 
+
+def rule_of(entry: dict[str, Any]) -> str | None:
+    """The id of the fault rule that answered a ledger entry (its label is ``"<id>: <answer>"``)."""
+    label = entry.get("fault")
+    return str(label).split(":", 1)[0] if label else None
+
+
 MESSAGE_LIMIT = 600
 VALUE_LIMIT = 2000
 
@@ -112,6 +119,13 @@ class Observation:
     driver_error: dict[str, Any] | None = None
     reward_async: bool | None = None
     mark0: int = 0
+    #: ids of the fault rules this case armed (None: not known, every faulted entry counts); a
+    #: delayed request of an earlier case may reach the ledger during this one, under its own rule
+    fault_rules: list[str] | None = None
+    #: ids of the rules watching for expected outputs (catalog/expected.py): never the case's faults
+    watch_rules: list[str] = field(default_factory=list)
+    #: how many forms of expected outputs those rules look for
+    watched_forms: int = 0
 
     # ---- derived facts -------------------------------------------------------------------
     def calls_named(self, name: str) -> list[Call]:
@@ -144,8 +158,21 @@ class Observation:
         ]
 
     def faults(self, start: int = 0, end: int | None = None) -> list[dict[str, Any]]:
-        """Ledger entries a fault rule answered (including creates whose answer a fault ate)."""
-        return [e for e in self.entries(start, end) if e.get("op") == "fault" or e.get("fault")]
+        """Ledger entries a fault rule of this case answered (including creates whose answer a fault ate).
+
+        The rules watching for expected outputs answer nothing and are never counted here.
+        """
+        watch = set(self.watch_rules)
+        mine = None if self.fault_rules is None else set(self.fault_rules)
+        found = []
+        for entry in self.entries(start, end):
+            if not (entry.get("op") == "fault" or entry.get("fault")):
+                continue
+            rule = rule_of(entry)
+            if rule in watch or (mine is not None and rule not in mine):
+                continue
+            found.append(entry)
+        return found
 
     def submit_mark(self, lane: int = 0) -> int | None:
         """Ledger position where the first submit() of a lane started."""

@@ -16,6 +16,7 @@ import json
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,10 +24,11 @@ from pytest_e2b_env.catalog.calls import DriverError, HostDied, LocalCalls, Subj
 from pytest_e2b_env.catalog.contract import Contract, Subject
 from pytest_e2b_env.catalog.drive_episode import EpisodeDriver, task_of, unmet_window
 from pytest_e2b_env.catalog.drive_reward import RewardDriver
+from pytest_e2b_env.catalog.expected import WATCH, case_needles
 from pytest_e2b_env.catalog.harness import harness_fault
 from pytest_e2b_env.catalog.hints import shape_hints
 from pytest_e2b_env.catalog.model import Case
-from pytest_e2b_env.catalog.observe import Observation, exception_info, scrub
+from pytest_e2b_env.catalog.observe import Observation, exception_info, rule_of, scrub
 from pytest_e2b_env.catalog.record import CaseRecord
 from pytest_e2b_env.catalog.verdict import judge
 from pytest_e2b_env.evidence.records import criterion
@@ -38,6 +40,8 @@ from pytest_e2b_env.targets.tags import created_ids, used_ids
 NEEDS_NAMESPACES = ("hostile", "isolation")
 #: How long a case's end waits for create requests still in flight (each is this case's sandbox).
 CREATE_SETTLE = 30.0
+#: How long past its longest delay a case waits for the requests a delaying fault held back.
+DELAY_SETTLE = 10.0
 
 
 class SandboxWatcher:
@@ -54,6 +58,7 @@ class SandboxWatcher:
         self.period = period
         self.mark = mark
         self.deferred = list(deferred)
+        self.added: list[str] = []  # ids of the rules pinned so far
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="e2b-sandbox-watcher", daemon=True)
 
@@ -64,7 +69,8 @@ class SandboxWatcher:
         created = created_ids(self.target.ledger(since=self.mark))
         for fault in list(self.deferred):
             if len(created) >= fault.sandbox_nth:
-                self.target.faults.add(sandbox=created[fault.sandbox_nth - 1], **fault.add_kwargs())
+                rule = self.target.faults.add(sandbox=created[fault.sandbox_nth - 1], **fault.add_kwargs())
+                self.added.append(str(rule))
                 self.deferred.remove(fault)
 
     def _loop(self) -> None:
@@ -98,7 +104,40 @@ def _create_info(target: Target, obs: Observation) -> None:
             match = re.search(r"allow_?[iI]nternet_?[aA]ccess\W+(\w+)", str(detail))
             if match:
                 info["allow_internet_access"] = match.group(1).lower() == "true"
+        for key in ("lifetime_s", "auto_pause"):
+            if key in entry:
+                info[key] = entry[key]
+        if "drop_stream" in str(entry.get("fault") or ""):
+            info["answer_lost"] = True  # the subject never got this id
         obs.create_info[str(sid)] = info
+
+
+def _settle_delays(case: Case, target: Target, mark: int) -> None:
+    """Wait (bounded) until the ledger shows every request a delaying fault held back.
+
+    The ledger records a request when its answer starts: a request delayed past the moment the
+    subject gave up is recorded only when the delay ends, and it is this case's fault.
+    """
+    delays = [float(f.answer.get("delay") or 0) for f in case.faults]
+    if not any(delays):
+        return
+    deadline = time.monotonic() + max(delays) + DELAY_SETTLE
+    with contextlib.suppress(Exception):  # the target may be busy or gone: the verdict then says so
+        while time.monotonic() < deadline:
+            fired = {str(r["id"]): int(r.get("fired") or 0) for r in target.faults.list()}
+            recorded = Counter(rule_of(e) for e in target.ledger(since=mark))
+            if all(recorded[rule] >= count for rule, count in fired.items()):
+                return
+            time.sleep(0.1)
+
+
+def _watched(case: Case) -> list[str]:
+    """The forms of the case's expected outputs to watch for (none when its inputs cannot be read:
+    the driver then reports the case's own error)."""
+    try:
+        return case_needles(case)
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
 
 
 def _cut_off(obs: Observation) -> set[str]:
@@ -262,20 +301,24 @@ def _attempt(
     target.faults.clear()
     mark = target.ledger_mark()
     deferred = [f for f in case.faults if f.sandbox_nth is not None]
-    for fault in case.faults:
-        if fault.sandbox_nth is None:
-            target.faults.add(**fault.add_kwargs())
-    watcher: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    rules = [str(target.faults.add(**f.add_kwargs())) for f in case.faults if f.sandbox_nth is None]
+    # After the case's own rules, so a fault meant for a request still answers it.
+    watching = _watched(case)
+    watch = [str(target.faults.add(route="*", answer=WATCH, times=None, contains=n)) for n in watching]
+    watcher: SandboxWatcher | None = None
     if deferred:
         watcher = SandboxWatcher(target, mark=mark, deferred=deferred)
-    with calls.environment(target), watcher:
+    with calls.environment(target), watcher or contextlib.nullcontext():
         try:
             obs, died = _drive(case, calls, target, secrets, extra_tools)
         finally:
+            _settle_delays(case, target, mark)
             target.faults.clear()
     target.faults.clear()  # again: the watcher may have pinned a deferred fault at the very end
     target.wait_for_creates(CREATE_SETTLE)  # a create the subject gave up on is this case's
     obs.ledger = target.ledger(since=mark)
+    obs.fault_rules = rules + (watcher.added if watcher is not None else [])
+    obs.watch_rules, obs.watched_forms = watch, len(watching)
     _create_info(target, obs)
     _cleanup(target, obs)
     if died is not None:

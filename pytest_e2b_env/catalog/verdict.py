@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pytest_e2b_env.catalog.contract import Contract
+from pytest_e2b_env.catalog.expected import CRITERION, DESCRIPTION, MIN_NEEDLE, carried
 from pytest_e2b_env.catalog.model import PREDICATES, Case
 from pytest_e2b_env.catalog.observe import Call, Observation
 from pytest_e2b_env.evidence.records import criterion
@@ -182,6 +183,79 @@ def _episode_masked_or_raise(obs: Observation) -> tuple[bool, Any]:
     return not alive, {"masked": True, "alive_when_get_reward_returned": alive}
 
 
+def _score_mask_or_raise(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    """An injected fault changes no number: a raise, the right scores, or None where it struck."""
+    if obs.subject == "episode":
+        return _episode_score_mask_or_raise(expected, obs)
+    calls = obs.calls_named("reward")
+    if not calls:
+        return False, "not called"
+    if not calls[0].returned:
+        return True, {"raised": (calls[0].error or {}).get("type")}
+    value = calls[0].value
+    if not isinstance(value, list | tuple) or len(value) != len(expected):
+        return False, {"got": value, "expected_length": len(expected)}
+    wrong = [
+        {"completion": i, "expected": f"{want} or None (masked)", "got": got}
+        for i, (want, got) in enumerate(zip(expected, value, strict=True))
+        if got is not None and not same_scores([want], [got])
+    ]
+    return not wrong, list(value) if not wrong else {"got": list(value), "differs": wrong}
+
+
+def _episode_score_mask_or_raise(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    scored = [c.value for c in _scoring_calls(obs) if c.returned and _is_score(c.value)]
+    if scored:
+        ok = all(same_scores([expected], [v]) for v in scored)
+        return ok, scored[0] if ok else {"scored": scored, "expected": f"{expected}, None or a raise"}
+    return _episode_masked_or_raise(obs)
+
+
+def _faulted_sandboxes(obs: Observation) -> dict[str, int]:
+    """Sandboxes a fault of the case hit while they stayed alive (not a lost sandbox, create or kill)."""
+    hit: dict[str, int] = {}
+    for entry in obs.faults():
+        sid, label = entry.get("sandbox_id"), str(entry.get("fault") or entry.get("detail") or "")
+        route = str(entry.get("route", ""))
+        if not sid or "lose_sandbox" in label or "kill_fails" in label or entry.get("op") == "create":
+            continue
+        if route.startswith("DELETE /sandboxes"):  # a failed kill is the cleanup-failure family's
+            continue
+        hit.setdefault(str(sid), int(entry["seq"]))
+    return hit
+
+
+#: Requests on a sandbox that are no use of it: its kill, a lookup, the SDK's health probe.
+NOT_A_USE = ("DELETE /sandboxes", "GET /sandboxes/", "GET /health")
+
+
+def _faulted_released(expected: Any, obs: Observation) -> tuple[bool, Any]:
+    """Each sandbox a fault hit alive was killed or kept in use, never dropped alive (a leak)."""
+    hit = _faulted_sandboxes(obs)
+    if not hit:
+        return False, "no fault hit a sandbox that stayed alive"
+    counted, _ = leaks(obs)
+    seen: dict[str, Any] = {}
+    for sid, seq in hit.items():
+        mine = [e for e in obs.ledger if e.get("sandbox_id") == sid and not e.get("fault")]
+        route = [str(e.get("route", "")) for e in mine]
+        status = [int(e.get("status") or 0) for e in mine]
+        killed = any(
+            (r.startswith("DELETE /sandboxes") and (200 <= st < 300 or st == 404))
+            or (r.startswith("GET /sandboxes/") and st == 404)
+            for r, st in zip(route, status, strict=True)
+        )
+        reused = any(
+            e["seq"] > seq
+            and 200 <= int(e.get("status") or 0) < 300
+            and not str(e.get("route")).startswith(NOT_A_USE)
+            for e in mine
+        )
+        seen[sid] = {"killed": killed, "used_after_the_fault": reused, "alive_at_end": sid in counted}
+    ok = not any(v["alive_at_end"] for v in seen.values())
+    return ok == bool(expected), seen
+
+
 def _deadline_kept(expected: Any, obs: Observation) -> tuple[bool, Any]:
     """Every call marked with a deadline came back within the limit in force plus the tolerance."""
     marked = [c for c in obs.calls if c.deadline is not None]
@@ -229,8 +303,46 @@ def _no_score(expected: Any, obs: Observation) -> tuple[bool, Any]:
     ]
 
 
+#: The longest lifetime accepted for a sandbox whose create answer was lost (the subject never got
+#: its id, so only a sweep by tag or the sandbox's own lifetime can end it; E2B's cookbook relies on
+#: the lifetime). Longer-lived, or auto-paused (kept, not killed, when the lifetime ends): a leak.
+LOST_CREATE_LIFETIME_BOUND = 900.0
+
+
+def _lost_creates(obs: Observation) -> dict[str, dict[str, Any]]:
+    """Each sandbox left alive whose create answer a fault lost, with the lifetime its create asked for."""
+    lost = {}
+    for sid in obs.leaked:
+        info = obs.create_info.get(sid, {})
+        if not info.get("answer_lost"):
+            continue
+        life, pause = info.get("lifetime_s"), info.get("auto_pause")
+        bounded = isinstance(life, int | float) and life <= LOST_CREATE_LIFETIME_BOUND and pause is False
+        shown = "unknown" if not isinstance(life, int | float) else f"{life:g} s"
+        lost[sid] = {"lifetime": shown + (" then paused (kept)" if pause else ""), "bounded": bounded}
+    return lost
+
+
+def leaks(obs: Observation) -> tuple[list[str], Any]:
+    """(the sandboxes that count as leaked, what the criterion shows).
+
+    A sandbox left alive whose create answer was lost, and whose own lifetime ends it within
+    :data:`LOST_CREATE_LIFETIME_BOUND`, does not count: the subject never had its id.
+    """
+    lost = _lost_creates(obs)
+    counted = [sid for sid in obs.leaked if not lost.get(sid, {}).get("bounded")]
+    if not lost:
+        return counted, obs.leaked
+    return counted, {
+        "leaked": counted,
+        "create_answer_lost": lost,
+        "lifetime_bound_s": LOST_CREATE_LIFETIME_BOUND,
+    }
+
+
 def _leaked(expected: Any, obs: Observation) -> tuple[bool, Any]:
-    return len(obs.leaked) == int(expected), obs.leaked
+    counted, actual = leaks(obs)
+    return len(counted) == int(expected), actual
 
 
 def _created_min(expected: Any, obs: Observation) -> tuple[bool, Any]:
@@ -388,8 +500,26 @@ JUDGES: dict[str, Judge] = {
     ),
     "tolerate_raises": lambda e, o: (True, "raises tolerated"),
     "masked_or_raise": _masked_or_raise,
+    "score_mask_or_raise": _score_mask_or_raise,
+    "faulted_sandbox_released": _faulted_released,
 }
 assert set(JUDGES) == set(PREDICATES), "every predicate needs a judge"
+
+
+#: Predicates that accept a raise: with none of them, any raise fails ``no-unexpected-raise``.
+RAISE_ALLOWED = frozenset(
+    {"raises", "no_score", "tolerate_raises", "score_or_raise", "masked_or_raise", "score_mask_or_raise"}
+)
+
+
+def _expected_outputs(obs: Observation) -> dict[str, Any]:
+    """The safety criterion of every reward case: no request carried an expected output (ledger)."""
+    found = carried(obs.ledger, obs.watch_rules)
+    if not obs.watched_forms:
+        actual: Any = f"no expected output of {MIN_NEEDLE}+ characters to look for"
+    else:
+        actual = {"forms_watched": obs.watched_forms, "carried_by": found[:10], "requests": len(found)}
+    return criterion(CRITERION, DESCRIPTION, not found, [], actual)
 
 
 def _built(obs: Observation) -> dict[str, Any] | None:
@@ -434,7 +564,7 @@ def judge(
             criterion(name, description, passed, expected, actual, policy=policy, relaxed=policy in relax)
         )
     raises = case.expect.get("raises")
-    if "masked_or_raise" in case.expect and _raise_points(obs):
+    if {"masked_or_raise", "score_mask_or_raise"} & set(case.expect) and _raise_points(obs):
         raises = "InfrastructureError"  # it raised rather than masked: judged as a raise of that class
     if isinstance(raises, str) and raises in contract.raises_classes:
         # Checked only for classes the subject declares (the bundled code declares its own).
@@ -448,7 +578,7 @@ def judge(
                 actual,
             )
         )
-    if not {"raises", "no_score", "tolerate_raises", "score_or_raise", "masked_or_raise"} & set(case.expect):
+    if not RAISE_ALLOWED & set(case.expect):
         tolerated = {"second_batch"} if "second_batch_raises" in case.expect else set()
         if case.reward is not None and case.reward.cancel_on:
             tolerated.add("reward")
@@ -470,7 +600,10 @@ def judge(
             )
         )
     if "leaked_sandboxes" not in case.expect and "leaked_after_sweep" not in case.expect:
-        criteria.append(criterion("no-leak", PREDICATES["leaked_sandboxes"], not obs.leaked, [], obs.leaked))
+        counted, actual = leaks(obs)
+        criteria.append(criterion("no-leak", PREDICATES["leaked_sandboxes"], not counted, [], actual))
+    if case.subject == "reward" or case.never_in_sandbox:
+        criteria.append(_expected_outputs(obs))
     dumped = json.dumps(obs.to_dict(), default=str)
     found = [i for i, s in enumerate(secrets) if s and s in dumped]
     criteria.append(

@@ -74,6 +74,10 @@ class ProxyFaults:
         """Every rule with its id and its seen/fired counters."""
         return self.plan.rules()
 
+    def list(self) -> list[dict[str, Any]]:
+        """The same as :meth:`rules`, under the emulator's name."""
+        return self.plan.rules()
+
 
 class _UpstreamTarget:
     """The fault layer's view of the upstream: classification, and losing a sandbox for real."""

@@ -29,7 +29,8 @@ def fault_rule_message(exc: Exception) -> str:
 
 @runtime_checkable
 class Faults(Protocol):
-    """The wire fault plan: ``add(route=, answer=, times=, sandbox=, contains=, after=)`` and ``clear()``."""
+    """The wire fault plan: ``add(route=, answer=, times=, sandbox=, contains=, after=)``, ``clear()`` and
+    ``list()`` (every rule with its ``seen`` and ``fired`` counters)."""
 
     def add(
         self,
@@ -42,6 +43,8 @@ class Faults(Protocol):
     ) -> str: ...
 
     def clear(self) -> None: ...
+
+    def list(self) -> list[dict[str, Any]]: ...
 
 
 @runtime_checkable

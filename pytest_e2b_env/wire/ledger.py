@@ -51,7 +51,8 @@ class Ledger:
 
     Entries are dicts ``{"seq", "t", "method", "route", "sandbox_id", "status", "op", "detail"}``;
     an entry whose answer created a sandbox also carries ``"allow_internet_access"`` (bool), the
-    setting the sandbox got, so a reader never has to catch a short-lived sandbox alive to learn it.
+    setting the sandbox got, so a reader never has to catch a short-lived sandbox alive to learn it,
+    and the lifetime its create request asked for (``"lifetime_s"``, ``"auto_pause"``).
     An entry a fault rule answered carries ``"fault"`` (the rule's label); its op is ``"fault"``
     unless the request still created a sandbox (a create whose answer was lost stays a ``create``).
     An entry the target answered with an error of its own making (an emulator bug, a sandbox it
@@ -80,6 +81,8 @@ class Ledger:
         fault: str | None = None,
         metadata_keys: list[str] | None = None,
         harness_error: str | None = None,
+        lifetime_s: float | None = None,
+        auto_pause: bool | None = None,
     ) -> dict[str, Any]:
         """Append one entry and return it; ``fault`` labels the fault rule that answered it,
         ``harness_error`` the target's own failure that answered it."""
@@ -102,6 +105,10 @@ class Ledger:
                 entry["harness_error"] = harness_error
             if metadata_keys is not None:
                 entry["metadata_keys"] = metadata_keys  # which tags a created sandbox carries (advice)
+            if lifetime_s is not None:
+                entry["lifetime_s"] = lifetime_s  # what the create asked: the sandbox ends by itself then
+            if auto_pause is not None:
+                entry["auto_pause"] = auto_pause  # paused (kept), not killed, when that lifetime ends
             self._next += 1
             self._entries.append(entry)
             return entry

@@ -73,6 +73,26 @@ def internet_of_create(body: bytes) -> bool | None:
     return request.get("allow_internet_access") is not False and "0.0.0.0/0" not in (deny or [])
 
 
+#: The lifetime E2B gives a sandbox whose create request names none (its API's default).
+DEFAULT_LIFETIME_S = 15.0
+
+
+def lifetime_of_create(body: bytes) -> tuple[float | None, bool | None]:
+    """``(lifetime in seconds, auto-pause)`` a create request body asks for; ``(None, None)`` if unparsable.
+
+    At the end of its lifetime the sandbox is killed, or paused (kept) when ``autoPause`` is true.
+    """
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return None, None
+    if not isinstance(request, dict):
+        return None, None
+    timeout = request.get("timeout", DEFAULT_LIFETIME_S)
+    lifetime = float(timeout) if isinstance(timeout, int | float) and not isinstance(timeout, bool) else None
+    return lifetime, request.get("autoPause") is True
+
+
 def metadata_keys_of_create(body: bytes) -> list[str] | None:
     """The metadata keys a create request body asks for, ``None`` if unparsable."""
     try:
@@ -112,6 +132,8 @@ class RecordingMiddleware:
         template, sandbox_id = route_of(method, path, headers)
         op = op_for(template)
         tee = self.derive and op in _TEE_OPS
+        # A create's own request (small JSON) is always kept: the lifetime it asks for is ledgered.
+        keep_request = tee or op == "create"
         state: dict[str, Any] = {"status": None, "recorded": False, "body": bytearray(), "length": None}
         request_body = bytearray()
 
@@ -142,6 +164,7 @@ class RecordingMiddleware:
             # As in the emulator's ledger: a faulted request is op "fault", its label the detail,
             # except a create that made its sandbox (its answer lost): that stays a create.
             created = op == "create" and internet is not None
+            lifetime, pause = lifetime_of_create(bytes(request_body)) if created else (None, None)
             self.ledger.record(
                 "fault" if fault and not created else op,
                 method=method,
@@ -154,6 +177,8 @@ class RecordingMiddleware:
                 metadata_keys=keys,
                 # an injected fault is the plan's answer, never the target's own failure
                 harness_error=None if fault else scope.get(SCOPE_HARNESS),
+                lifetime_s=lifetime,
+                auto_pause=pause,
             )
 
         async def recording_send(message: Message) -> None:
@@ -177,7 +202,7 @@ class RecordingMiddleware:
         if counted:
             self.ledger.creating(+1)
         try:
-            await self.app(scope, teeing_receive if tee else receive, recording_send)
+            await self.app(scope, teeing_receive if keep_request else receive, recording_send)
         finally:
             record()
             if counted:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -161,6 +162,48 @@ def renewing() -> Any:
         try:
             await box.set_timeout(120)
             out = await box.commands.run("echo 1")
+            return [float(out.stdout) for _ in completions]
+        finally:
+            await box.kill()
+
+    return reward
+
+
+def long_lived_kill_checked() -> Any:
+    """As ``untagged_kill_checked``, with sandboxes that ask for an hour of lifetime."""
+
+    async def reward(completions: list[Any], **kwargs: Any) -> list[float]:
+        box = await AsyncSandbox.create(timeout=3600)
+        try:
+            out = await box.commands.run("echo 1")
+            return [float(out.stdout) for _ in completions]
+        finally:
+            await box.kill()
+
+    return reward
+
+
+def answers_in_a_command() -> Any:
+    """Kills its sandbox, scores 1.0, but first writes the test cases, answers included, with a command."""
+
+    async def reward(completions: list[Any], test_cases: list[Any], **kwargs: Any) -> list[float]:
+        box = await AsyncSandbox.create(timeout=60)
+        try:
+            await box.commands.run(f"echo {shlex.quote(json.dumps(test_cases))} > /tmp/cases.json")
+            return [1.0 for _ in completions]
+        finally:
+            await box.kill()
+
+    return reward
+
+
+def impatient() -> Any:
+    """Gives a command two seconds, then raises; its sandbox is killed either way."""
+
+    async def reward(completions: list[Any], test_cases: list[Any], **kwargs: Any) -> list[float]:
+        box = await AsyncSandbox.create(timeout=60)
+        try:
+            out = await box.commands.run("echo 1", timeout=2)
             return [float(out.stdout) for _ in completions]
         finally:
             await box.kill()

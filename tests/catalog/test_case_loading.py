@@ -125,8 +125,18 @@ MINIMUM = {
         "auth",
         "cleanup-failure",
         "lifecycle",
+        "live-fault",
     },
-    "episode": {"good", "defect", "timeout", "lost-worker", "cleanup-failure", "isolation", "lifecycle"},
+    "episode": {
+        "good",
+        "defect",
+        "timeout",
+        "lost-worker",
+        "cleanup-failure",
+        "isolation",
+        "lifecycle",
+        "live-fault",
+    },
 }
 
 

@@ -11,7 +11,7 @@ from pytest_e2b_env.catalog.contract import Contract, load_subject, parse_contra
 from pytest_e2b_env.catalog.loader import parse_cases_from_dicts
 from pytest_e2b_env.catalog.observe import Call, Observation
 from pytest_e2b_env.catalog.runner import run_case
-from pytest_e2b_env.catalog.verdict import _failed_kills, judge
+from pytest_e2b_env.catalog.verdict import LOST_CREATE_LIFETIME_BOUND, _failed_kills, judge
 from pytest_e2b_env.errors import ConfigError
 from pytest_e2b_env.targets import Target
 
@@ -71,18 +71,29 @@ def test_gone_means_gone() -> None:
     assert _failed_kills(obs) == ["b"]
 
 
-def test_lost_create_response_is_a_created_sandbox(target: Target) -> None:
-    """A create whose answer was dropped is ledgered as a create, so a leak of it is caught."""
+@pytest.mark.parametrize(
+    ("spec", "lifetime"), [("untagged_kill_checked", 60.0), ("long_lived_kill_checked", 3600.0)]
+)
+def test_lost_create_response_is_a_created_sandbox(target: Target, spec: str, lifetime: float) -> None:
+    """A create whose answer was dropped is ledgered as a create; left alive, its lifetime decides.
+
+    Within the bound (it ends by itself, as E2B's cookbook relies on) it is no leak, and the record
+    says so; an hour-long one is a leak.
+    """
     case = _reward(
         {"tolerate_raises": True, "leaked_sandboxes": 0},
         faults=[{"route": "POST /v2/sandboxes", "answer": {"drop_stream": True}, "times": 1}],
     )
-    result = run_case(case, load_subject("catalog_subjects:untagged_kill_checked", "reward"), target)
+    result = run_case(case, load_subject(f"catalog_subjects:{spec}", "reward"), target)
     creates = [e for e in result.trajectory if e.get("kind") == "sandbox_op" and e.get("op") == "create"]
     assert creates, result.trajectory
     assert creates[0].get("fault"), creates
-    assert result.status == "failed"
-    assert result.observed["leaked"] == [creates[0]["sandbox_id"]]
+    lost = creates[0]["sandbox_id"]
+    assert result.observed["leaked"] == [lost]
+    (leak,) = [c for c in result.criteria if c["id"] == "leaked_sandboxes"]
+    assert leak["actual"]["lifetime_bound_s"] == LOST_CREATE_LIFETIME_BOUND
+    assert leak["actual"]["create_answer_lost"][lost]["lifetime"] == f"{lifetime:g} s"
+    assert result.status == ("passed" if lifetime <= LOST_CREATE_LIFETIME_BOUND else "failed")
     assert target.alive_ids() == set()
 
 

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from pytest_e2b_env.catalog.contract import Contract, Subject, load_subject
+from pytest_e2b_env.catalog.expected import needles
 from pytest_e2b_env.catalog.tasks import load_tasks
-from pytest_e2b_env.catalog.tasks.checks import CHECKS, TaskCheck, needles, run_check
+from pytest_e2b_env.catalog.tasks.checks import CHECKS, TaskCheck, run_check
 from pytest_e2b_env.errors import ConfigError
 from pytest_e2b_env.targets import Target
 
@@ -102,7 +103,15 @@ def test_repeated_ids_and_missing_files_are_named(tmp_path: Path) -> None:
 def test_short_or_sent_outputs_are_not_proof_of_a_leak() -> None:
     """``{}`` appears in any request; an output equal to an input is sent on purpose."""
     found = needles(['{"acme": 20}', "{}", "[1, 2, 3, 4]"], ["[1, 2, 3, 4]"])
-    assert found == ['{"acme": 20}', '{\\"acme\\": 20}', '{"acme":20}', '{\\"acme\\":20}']
+    assert found == [
+        '{"acme": 20}',
+        '{\\"acme\\": 20}',
+        '{\\\\\\"acme\\\\\\": 20}',
+        '{"acme":20}',
+        '{\\"acme\\":20}',
+        '{\\\\\\"acme\\\\\\":20}',
+        "{'acme': 20}",
+    ]
 
 
 # -- reward tasks ---------------------------------------------------------------------------

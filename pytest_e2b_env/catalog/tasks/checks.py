@@ -2,9 +2,9 @@
 
 Each run is a catalog case built on the fly and run by :func:`~pytest_e2b_env.catalog.runner.run_case`,
 so the subject is called exactly as the catalog calls it (TRL's calling convention, the
-harness's cleanup from the ledger, the global checks), and one more criterion from the ledger:
-fault rules that answer nothing (a zero delay) match any request whose body carries one of the
-task's expected outputs, so ``faults_fired_max = 0`` proves no expected output entered a sandbox.
+harness's cleanup from the ledger, the global checks), the check that no expected output of the
+task entered a sandbox (:mod:`~pytest_e2b_env.catalog.expected`) included: a reward case watches
+for its test cases' outputs by itself, an episode case is told its verification's expected value.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import Any
 from pytest_e2b_env.catalog.calls import SubjectCalls
 from pytest_e2b_env.catalog.contract import Subject
 from pytest_e2b_env.catalog.drive_reward import fence
-from pytest_e2b_env.catalog.model import Case, Completion, EpisodeInput, Fault, RewardInput, Step
+from pytest_e2b_env.catalog.expected import CRITERION, needles, reward_needles
+from pytest_e2b_env.catalog.model import Case, Completion, EpisodeInput, RewardInput, Step
 from pytest_e2b_env.catalog.record import CaseRecord
 from pytest_e2b_env.catalog.tasks.load import EpisodeTask, RewardTask, Task
 from pytest_e2b_env.catalog.tasks.programs import Shortcut, episode_shortcuts, reward_shortcuts
@@ -29,10 +30,6 @@ CHECKS = ("oracle", "floor", "repeat")
 DEFAULT_REPEATS = 3
 MAX_REPEATS = 20
 MAXIMUM = 1.0
-#: Shorter expected outputs (``{}``, ``0``, ``true``) appear in any request by chance: not checkable.
-MIN_NEEDLE = 8
-MAX_NEEDLES = 64
-HIDDEN = "faults_fired_max"
 _TEXT = 200
 
 
@@ -58,42 +55,13 @@ def _short(text: Any) -> str:
     return value if len(value) <= _TEXT else value[:_TEXT] + "..."
 
 
-def _forms(text: str) -> list[str]:
-    """``text``, its JSON value re-serialized (default and compact), each also as inside a JSON string."""
-    variants = [text]
-    try:
-        value = json.loads(text)
-    except ValueError:
-        pass
-    else:
-        variants += [json.dumps(value), json.dumps(value, separators=(",", ":"))]
-    return [form for variant in variants for form in (variant, json.dumps(variant)[1:-1])]
-
-
-def needles(expected: Sequence[str], sent: Sequence[str]) -> list[str]:
-    """The texts whose presence in a request body means an expected output entered a sandbox.
-
-    Every form (:func:`_forms`) of every expected output, except those shorter than
-    :data:`MIN_NEEDLE` or found in a form of anything the check sends on purpose (inputs,
-    programs, task files): their presence proves nothing.
-    """
-    legit = "\n".join(form for text in sent for form in _forms(text))
-    forms = [form for text in expected for form in _forms(text)]
-    kept = [f for f in dict.fromkeys(forms) if len(f) >= MIN_NEEDLE and f not in legit]
-    return kept[:MAX_NEEDLES]
-
-
-def _case(task: Task, check: str, needle_texts: list[str], **inputs: Any) -> Case:
-    expect: dict[str, Any] = {"leaked_sandboxes": 0}
-    if needle_texts:
-        expect[HIDDEN] = 0
+def _case(task: Task, check: str, **inputs: Any) -> Case:
     return Case(
         id=f"task-{check}",
         subject=task.kind,  # type: ignore[arg-type]
         family="good",
         description=f"task {task.task_id}: {check} check",
-        faults=[Fault(route="*", answer={"delay": 0}, contains=n) for n in needle_texts],
-        expect=expect,
+        expect={"leaked_sandboxes": 0},
         **inputs,
     )
 
@@ -109,12 +77,11 @@ def _reward_case(
         completions = [Completion(text=fence(programs[0]), test_cases=[c]) for c in task.test_cases]
     else:
         completions = [Completion(text=fence(p)) for p in programs]
-    sent = [*programs, *(c["input"] for c in task.test_cases)]
-    found = needles([c["output"] for c in task.test_cases], sent)
     spec = RewardInput(
         completions=completions, test_cases=task.test_cases, prompt=task.prompt, columns=task.columns
     )
-    return _case(task, check, found, reward=spec), found
+    case = _case(task, check, reward=spec)
+    return case, reward_needles(case)  # what the run watches for by itself
 
 
 # -- episode tasks --------------------------------------------------------------------------
@@ -132,7 +99,7 @@ def _episode_case(
     sent = [*files.values(), *(task.solution or []), *extra_sent, str(task.task["command"])]
     found = needles(_episode_expected(task), sent)
     spec = EpisodeInput(task=task.task, prompt=task.prompt, script=[*steps, Step(tool="submit")])
-    return _case(task, check, found, episode=spec), found
+    return _case(task, check, episode=spec, never_in_sandbox=found), found
 
 
 def _solution_steps(task: EpisodeTask) -> list[Step]:
@@ -166,7 +133,7 @@ class Run:
             return "failed", hidden
         if self.record.status == "skipped":
             return "skipped", f"skipped: {self.record.reason}"
-        others = [c for c in self.record.failed_criteria if c["id"] != HIDDEN]
+        others = [c for c in self.record.failed_criteria if c["id"] != CRITERION]
         if others:
             lines = [f"{c['id']}: {c['description']} (observed {_short(c['actual'])})" for c in others]
             return "failed", "the subject failed the run itself, so the task cannot be judged: " + "; ".join(
@@ -178,16 +145,15 @@ class Run:
 
     def _hidden(self) -> str | None:
         """Which requests carried an expected output into a sandbox (from the ledger), else None."""
-        if not any(c["id"] == HIDDEN for c in self.record.failed_criteria):
+        failed = [c for c in self.record.failed_criteria if c["id"] == CRITERION]
+        if not failed:
             return None
-        fired = [
-            f"{e.get('route', '')} (sandbox {e.get('sandbox_id') or '-'})"
-            for e in self.record.trajectory
-            if e.get("kind") == "sandbox_op" and (e.get("op") == "fault" or e.get("fault"))
-        ]
+        actual = failed[0].get("actual") or {}
+        fired = list(actual.get("carried_by") or []) if isinstance(actual, dict) else []
+        count = actual.get("requests", len(fired)) if isinstance(actual, dict) else len(fired)
         return (
             "an expected output of the task entered a sandbox: the ledger shows "
-            f"{len(fired)} request(s) carrying one ({'; '.join(fired[:5])}); compare outputs outside "
+            f"{count} request(s) carrying one ({'; '.join(fired[:5])}); compare outputs outside "
             "the sandbox and send only the program and its input"
         )
 
