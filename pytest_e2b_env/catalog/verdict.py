@@ -15,6 +15,7 @@ from typing import Any
 from pytest_e2b_env.catalog.contract import Contract
 from pytest_e2b_env.catalog.model import PREDICATES, Case
 from pytest_e2b_env.catalog.observe import Call, Observation
+from pytest_e2b_env.catalog.trlrules import TRL_JUDGES, trl_criteria
 from pytest_e2b_env.evidence.records import criterion
 
 Judge = Callable[[Any, Observation], tuple[bool, Any]]
@@ -388,6 +389,7 @@ JUDGES: dict[str, Judge] = {
     ),
     "tolerate_raises": lambda e, o: (True, "raises tolerated"),
     "masked_or_raise": _masked_or_raise,
+    **TRL_JUDGES,
 }
 assert set(JUDGES) == set(PREDICATES), "every predicate needs a judge"
 
@@ -459,6 +461,7 @@ def judge(
             and c.name not in tolerated
             and not c.after_submit
             and c.name not in ("terminal",)
+            and c.probe is None  # a probed tool may refuse its hostile arguments by raising
         ]
         criteria.append(
             criterion(
@@ -469,6 +472,7 @@ def judge(
                 unexpected,
             )
         )
+    criteria += trl_criteria(case, obs)
     if "leaked_sandboxes" not in case.expect and "leaked_after_sweep" not in case.expect:
         criteria.append(criterion("no-leak", PREDICATES["leaked_sandboxes"], not obs.leaked, [], obs.leaked))
     dumped = json.dumps(obs.to_dict(), default=str)
