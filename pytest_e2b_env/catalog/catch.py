@@ -96,7 +96,7 @@ def constants(path: Path) -> dict[str, Any]:
 
 
 def _kind(name: str) -> str:
-    """``reward`` or ``episode``: the first word of the name after ``baseline_`` (``baseline_episode_reward_attr``)."""
+    """``reward`` or ``episode``: the first word after ``baseline_`` (``baseline_episode_reward_attr``)."""
     return "reward" if name.removeprefix("baseline_").startswith("reward") else "episode"
 
 
