@@ -21,6 +21,7 @@ from pytest_e2b_env.adapter.keys import runtime_key
 from pytest_e2b_env.adapter.settings import Settings
 from pytest_e2b_env.catalog.hints import PREFIX as HINT
 from pytest_e2b_env.catalog.record import CaseRecord
+from pytest_e2b_env.catalog.trlshape import ENV_REWARD
 from pytest_e2b_env.evidence.redaction import Redactor
 
 PREFIX = COLLECTOR_NAME + "::"
@@ -288,6 +289,11 @@ class EvidenceReporter:
             tr.write_line(f"e2b: {why}", yellow=True)
         for hint in hints:  # once per run, however many cases the shape failed
             tr.write_line(f"hint: {hint}", yellow=True)
+        for source in _detected_rewards(self.records.values()):
+            tr.write_line(
+                f"episode reward: read as {source}, as TRL's documented reward function does "
+                "(the class has no get_reward(); detected, no declaration needed)"
+            )
         if self.bundle is not None:
             tr.write_line(f"evidence bundle: {self.bundle}")
         if self.settings.summary is not None and self.bundle is not None:
@@ -337,6 +343,12 @@ def failure_lines(records: Iterable[dict[str, Any]]) -> list[tuple[str, dict[str
         if fixes:
             lines.append((f"    fix: {fixes[0][: _SHOWN * 2]}", {"yellow": True}))
     return lines
+
+
+def _detected_rewards(records: Any) -> list[str]:
+    """How the cases read an episode's reward when it is not ``get_reward()`` (``env.reward (property)``)."""
+    found = (str((record.get("contract") or {}).get("reward") or "") for record in records)
+    return list(dict.fromkeys(source for source in found if source.startswith(ENV_REWARD)))
 
 
 def _cpu_seconds() -> float:

@@ -166,9 +166,9 @@ class SubjectCalls:
         """Wait for a call started with :meth:`submit` and read its outcome."""
         return Outcome.of(self.reply(call_id), self.secrets)
 
-    def call(self, action: str, *, worker: int = 0, **fields: Any) -> Outcome:
-        """One subject call, waited for (bounded by the case's end)."""
-        return self.outcome(self.submit(action, worker=worker, **fields))
+    def call(self, action: str, *, worker: int = 0, timeout: float | None = None, **fields: Any) -> Outcome:
+        """One subject call, waited for (at most ``timeout`` s, and never past the case's end)."""
+        return Outcome.of(self.reply(self.submit(action, worker=worker, **fields), timeout), self.secrets)
 
     def cancel(self, call_id: int, *, worker: int = 0) -> None:
         """Cancel a call under way (as TRL cancels an interrupted step); its answer still comes."""

@@ -96,7 +96,8 @@ def constants(path: Path) -> dict[str, Any]:
 
 
 def _kind(name: str) -> str:
-    return "reward" if "reward" in name else "episode"
+    """``reward`` or ``episode``: the first word after ``baseline_`` (``baseline_episode_reward_attr``)."""
+    return "reward" if name.removeprefix("baseline_").startswith("reward") else "episode"
 
 
 def discover(root: Path) -> list[Sample]:

@@ -32,7 +32,7 @@ _COMMON_KEYS = {"raises_classes", "warm_up", "preload", "release", "needs_isolat
 #: The contract's zero-argument callables, each called by the catalog at one point of a run.
 HOOKS = ("warm_up", "preload", "release")
 _REWARD_KEYS = {"columns"} | _COMMON_KEYS
-_EPISODE_KEYS = {"task", "task_arg", "tools", "command_arg", "limits"} | _COMMON_KEYS
+_EPISODE_KEYS = {"task", "task_arg", "tools", "command_arg", "limits", "extra_tools"} | _COMMON_KEYS
 
 #: House-policy criteria, by the name ``e2b_relax`` takes, with the reason they are policy.
 POLICIES: dict[str, str] = {
@@ -47,6 +47,8 @@ POLICIES: dict[str, str] = {
     "cleanup-names-ids": "the error for a failed kill names the sandbox ids; the SDK's own errors do not",
     "lost-create-recovery": "a sandbox whose create response was lost is found and killed; otherwise it "
     "lives until its server-side timeout",
+    "picklable-factory": "AsyncGRPOTrainer pickles environment_factory for its spawned rollout worker (a "
+    "lambda or closure stops it at start); GRPOTrainer does not pickle it",
 }
 
 
@@ -85,6 +87,8 @@ class Contract:
     tools: Mapping[str, str] = field(default_factory=lambda: {"terminal": "terminal", "submit": "submit"})
     command_arg: str = "command"
     limits: Mapping[str, float] | None = None
+    #: model tools the class declares besides the terminal and submit (as ``e2b_episode_tools`` does)
+    extra_tools: tuple[str, ...] = ()
     raises_classes: tuple[str, ...] = ()
     warm_up: Callable[[], Any] | None = None
     #: Imports only (no thread, socket or sandbox): run once where case hosts are forked from.
@@ -124,6 +128,7 @@ class Contract:
             "tools": dict(self.tools),
             "command_arg": self.command_arg,
             "limits": dict(self.limits) if self.limits is not None else None,
+            "extra_tools": list(self.extra_tools),
             "raises_classes": list(self.raises_classes),
             "needs_isolation": self.needs_isolation,
             "source": self.source,
@@ -148,6 +153,7 @@ class Contract:
             or {"terminal": "terminal", "submit": "submit"},
             command_arg=str(data.get("command_arg", "command")),
             limits={str(k): float(v) for k, v in data["limits"].items()} if data.get("limits") else None,
+            extra_tools=tuple(str(t) for t in data.get("extra_tools") or ()),
             raises_classes=tuple(str(c) for c in data.get("raises_classes") or ()),
             needs_isolation=data.get("needs_isolation") is True,
             source=str(data.get("source", "defaults")),
@@ -168,6 +174,8 @@ class Contract:
                 "command_arg": self.command_arg,
                 "limits": dict(self.limits) if self.limits is not None else "from the task",
             }
+            if self.extra_tools:
+                out["extra_tools"] = list(self.extra_tools)
         if self.raises_classes:
             out["raises_classes"] = list(self.raises_classes)
         if self.needs_isolation:
@@ -248,6 +256,12 @@ def parse_contract(raw: Any, kind: str, where: str) -> Contract:
                     where, f"limits.{key}", value, f"limits take positive numbers for {', '.join(LIMIT_KEYS)}"
                 )
         values["limits"] = dict(limits)
+    extra = raw.get("extra_tools", ())
+    if not isinstance(extra, list | tuple) or not all(
+        isinstance(t, str) and t.isidentifier() and not t.startswith("_") for t in extra
+    ):
+        raise _fail(where, "extra_tools", extra, "list public method names, e.g. ['read_file', 'write_file']")
+    values["extra_tools"] = tuple(extra)
     classes = raw.get("raises_classes", ())
     if isinstance(classes, str) or not all(isinstance(c, str) for c in classes):
         raise _fail(where, "raises_classes", classes, "give a list of exception class names")

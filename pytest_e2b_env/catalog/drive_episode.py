@@ -2,10 +2,12 @@
 
 As in TRL's environment loop, a fresh instance comes from the factory, a tool that raises
 has its error shown to the model and the episode goes on, ``close()`` is never called, and
-every public method other than ``reset`` and ``get_reward`` is a model tool. This runs in the
-controller: each call of the instance is one request to where the subject runs
-(:mod:`~pytest_e2b_env.catalog.calls`), which answers what it returned or raised; the ledger
-marks, the sandboxes alive and the timings around it are read here.
+every public method other than ``reset`` and ``get_reward`` is a model tool; the reward is
+``get_reward()``, or for a class without one ``env.reward`` as TRL's documented reward function
+reads it (:mod:`~pytest_e2b_env.catalog.trlshape`). This runs in the controller: each call of the
+instance is one request to where the subject runs (:mod:`~pytest_e2b_env.catalog.calls`), which
+answers what it returned or raised; the ledger marks, the sandboxes alive and the timings around it
+are read here.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from pytest_e2b_env.catalog.loader import resolve_path
 from pytest_e2b_env.catalog.model import Case, Step
 from pytest_e2b_env.catalog.observe import Call, Observation
 from pytest_e2b_env.catalog.procs import Starvation
+from pytest_e2b_env.catalog.toolprobe import PROBE_SECONDS, HostProbe, arguments
+from pytest_e2b_env.catalog.trlshape import ENV_REWARD, GET_REWARD
 from pytest_e2b_env.targets import Target
 from pytest_e2b_env.targets.tags import created_ids
 from pytest_e2b_env.toolsurface import tool_names
@@ -128,15 +132,17 @@ def write_command(case: Case, step: Step, values: dict[str, str] | None = None) 
 
 
 def lane_steps(case: Case, lane: int) -> list[Step]:
-    """The repair commands (if any) then the lane's script."""
+    """The repair commands (if any) then the lane's script; where the script has ``repair`` steps, there."""
     spec = case.episode
     assert spec is not None
-    steps: list[Step] = []
+    repair: list[Step] = []
     if spec.repair is not None:
-        repair = json.loads(resolve_path(case, spec.repair).read_text(encoding="utf-8"))
-        steps += [Step(tool="terminal", args={"command": c}) for c in repair.get("commands", [])]
-    steps += spec.lanes[lane] if spec.lanes else spec.script
-    return steps
+        commands = json.loads(resolve_path(case, spec.repair).read_text(encoding="utf-8"))
+        repair = [Step(tool="terminal", args={"command": c}) for c in commands.get("commands", [])]
+    script = spec.lanes[lane] if spec.lanes else spec.script
+    if not any(step.tool == "repair" for step in script):
+        return repair + script
+    return [done for step in script for done in (repair if step.tool == "repair" else [step])]
 
 
 def unmet_window(case: Case, task: dict[str, Any], contract: Contract) -> str | None:
@@ -153,6 +159,15 @@ def unmet_window(case: Case, task: dict[str, Any], contract: Contract) -> str | 
                 if deadline_allowance(limit) + 3 > WAIT_CAP_SECONDS:
                     return f"{step.deadline} {limit:g} s exceeds the {WAIT_CAP_SECONDS:g} s cap"
     return None
+
+
+def _texts(obs: Observation) -> list[str]:
+    """What every call of the case answered, as text (values, and exceptions' messages)."""
+    return [
+        json.dumps(c.value if c.returned else c.error, default=str)
+        for c in obs.calls
+        if c.returned or c.error is not None
+    ]
 
 
 class EpisodeDriver:
@@ -174,13 +189,15 @@ class EpisodeDriver:
         self.contract = contract or calls.contract
         self.task = task_of(case, self.contract)
         self.values = placeholders(self.task, self.contract)
-        roles = {*DEFAULT_TOOLS, *extra_tools}
+        extra = [*extra_tools, *self.contract.extra_tools]
+        roles = {*DEFAULT_TOOLS, *extra}
         self.obs = Observation(
-            subject="episode", allowed_tools=sorted({self.contract.tool(r) for r in roles} | set(extra_tools))
+            subject="episode", allowed_tools=sorted({self.contract.tool(r) for r in roles} | set(extra))
         )
         self._lock = threading.Lock()
         self._failures: list[BaseException] = []
         self._marks: dict[int, int] = {}  # where each lane's episode began in the ledger
+        self._host = HostProbe()
 
     def _observe(
         self,
@@ -201,6 +218,7 @@ class EpisodeDriver:
             call.seconds = time.perf_counter() - started
             call.mark_end = self.target.ledger_mark()
         call.returned, call.value, call.error = outcome.returned, outcome.value, outcome.error
+        call.value_type = outcome.facts.get("type")
         if not outcome.missing:
             with self._lock:
                 self.obs.calls.append(call)
@@ -228,26 +246,68 @@ class EpisodeDriver:
     def _run_lane(self, lane: int) -> None:
         spec = self.case.episode
         assert spec is not None
-        mark0 = self._marks[lane] = self.target.ledger_mark()
+        self._marks[lane] = self.target.ledger_mark()  # where this lane's episode began in the ledger
         _, made = self._observe(lane, "factory", "factory")
         if not made.returned:
             return
         env = int(made.facts.get("handle") or 0)
         if lane == 0:
             self.obs.tools = [str(t) for t in made.facts.get("tools") or []]
+            params = made.facts.get("params")
+            self.obs.tool_params = params if isinstance(params, dict) else {}
+            self.obs.factory_pickle = str(made.facts.get("pickle") or "") or None
+            self.obs.reward_source = GET_REWARD if made.facts.get("owns_reward") else ENV_REWARD
         row = self._row()
         self._method(lane, env, "reset", "reset", {"task": "<task>"}, kwargs=row)
         submitted = False
         for index, step in enumerate(lane_steps(self.case, lane)):
             submitted = self._step(lane, env, step, row, submitted, index)
-        self._method(lane, env, "get_reward", "get_reward", after_submit=submitted)
+        self._read_reward(lane, env, submitted)
         if spec.parallel == 1:
-            self.obs.alive_at_reward[lane] = sorted(self._created_since(mark0) & self.target.alive_ids())
+            self.obs.alive_at_reward[lane] = self.obs.alive_at_reads[-1]
         # TRL drops an environment instance when its trainer ends; the instance dies here too.
         self.calls.call("drop", worker=lane, handle=env)
 
     def _created_since(self, mark: int) -> set[str]:
         return set(created_ids(self.target.ledger(since=mark)))
+
+    def _read_reward(self, lane: int, env: int, submitted: bool, step: int | None = None) -> None:
+        """Read the reward as TRL does after a rollout; the instance stays (TRL pools it)."""
+        call, outcome = self._observe(
+            lane, "get_reward", "reward", after_submit=submitted, step=step, handle=env
+        )
+        via = outcome.facts.get("via")
+        if isinstance(via, str):
+            call.args["via"] = via
+            if lane == 0:
+                self.obs.reward_source = via
+        if self.case.episode is not None and self.case.episode.parallel == 1:
+            alive = self._created_since(self._marks[lane]) & self.target.alive_ids()
+            self.obs.alive_at_reads.append(sorted(alive))
+
+    def _probe_tools(self, lane: int, env: int, index: int, submitted: bool) -> None:
+        """Call every model tool besides the terminal and submit with each set of hostile arguments."""
+        skip = {self.contract.tool("terminal"), self.contract.tool("submit")}
+        targets = [tool for tool in self.obs.tools if tool not in skip]
+        if lane == 0:
+            self.obs.probe_targets = targets
+        if targets and not self._host.dir:
+            self._host.open()
+        for tool in targets:
+            for label, kwargs in arguments(tool, self.obs.tool_params.get(tool, []), self._host.dir):
+                call, _ = self._method(
+                    lane,
+                    env,
+                    tool,
+                    tool,
+                    {"probe": label},
+                    after_submit=submitted,
+                    step=index,
+                    kwargs=kwargs,
+                    tool=True,
+                    timeout=PROBE_SECONDS,
+                )
+                call.probe = label
 
     def _step(
         self,
@@ -267,6 +327,12 @@ class EpisodeDriver:
             return submitted
         if step.tool == "vanish":
             self._vanish(lane, index)
+            return submitted
+        if step.tool == "reward":
+            self._read_reward(lane, env, submitted, step=index)
+            return submitted
+        if step.tool == "probe-tools":
+            self._probe_tools(lane, env, index, submitted)
             return submitted
         if step.tool == "reset":
             mark = self.target.ledger_mark()
@@ -335,6 +401,9 @@ class EpisodeDriver:
                 thread.start()
             for thread in lanes:
                 thread.join(timeout=300)
+        if self._host.dir:  # a lane records what it raised instead of raising: this always runs
+            self.obs.host_probe = self._host.inspect(_texts(self.obs))
+            self._host.close()
         if self._failures:
             raise self._failures[0]
         return self.obs

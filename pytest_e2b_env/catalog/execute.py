@@ -28,6 +28,15 @@ from typing import Any
 from pytest_e2b_env.catalog.contract import Subject
 from pytest_e2b_env.catalog.raw import encode, raised
 from pytest_e2b_env.catalog.trl import is_async_callable, trl_kwargs
+from pytest_e2b_env.catalog.trlshape import (
+    ENV_REWARD,
+    GET_REWARD,
+    documented_reward,
+    owns_reward,
+    pickle_problem,
+    reward_shape,
+    tool_params,
+)
 from pytest_e2b_env.toolsurface import tool_names
 
 #: A reward call (factory, context, batch) that has not returned after this long is cancelled
@@ -337,8 +346,15 @@ class Executor:
     # ------------------------------------------------------------------ episode actions
     def _episode_factory(self, request: dict[str, Any], lane: _Lane) -> tuple[Any, dict[str, Any]]:
         env = lane.settle(self.subject.factory())
-        facts = {"handle": self._keep(env), "tools": tool_names(type(env))}
-        return type(env).__name__, facts
+        cls = type(env)
+        facts = {
+            "handle": self._keep(env),
+            "tools": tool_names(cls),
+            "params": tool_params(cls),
+            "owns_reward": owns_reward(cls),
+            "pickle": pickle_problem(self.subject.factory) or "ok",
+        }
+        return cls.__name__, facts
 
     def _episode_method(self, request: dict[str, Any], lane: _Lane) -> tuple[Any, dict[str, Any]]:
         env, name = self._object(request), str(request["method"])
@@ -348,7 +364,18 @@ class Executor:
                 raise _Missing
         else:
             method = getattr(env, name)
-        return lane.settle(method(**(request.get("kwargs") or {}))), {}
+        value = lane.settle(method(**(request.get("kwargs") or {})))
+        return value, {"type": type(value).__name__}
+
+    def _episode_reward(self, request: dict[str, Any], lane: _Lane) -> tuple[Any, dict[str, Any]]:
+        """The reward as TRL reads it: ``get_reward()``, else its documented function's ``env.reward``."""
+        env = self._object(request)
+        if owns_reward(type(env)):
+            value = lane.settle(env.get_reward())
+            return value, {"via": GET_REWARD, "type": type(value).__name__}
+        shape = reward_shape(env)
+        (value,) = documented_reward([env])
+        return value, {"via": f"{ENV_REWARD} ({shape})", "type": type(value).__name__}
 
     def _episode_drop(self, request: dict[str, Any], lane: _Lane) -> tuple[Any, dict[str, Any]]:
         """TRL drops an environment instance when its trainer ends: the instance dies here too."""

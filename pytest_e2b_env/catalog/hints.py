@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pytest_e2b_env.catalog.contract import Contract
 from pytest_e2b_env.catalog.observe import Call, Observation
+from pytest_e2b_env.catalog.trlshape import ENV_REWARD
 
 #: How a hint begins in a record's advice (the reporter finds them by it).
 PREFIX = "contract: "
@@ -25,6 +26,16 @@ def _signature_error(call: Call) -> str | None:
     if error.get("type") == "TypeError" and "argument" in message:
         return message
     return None
+
+
+def _no_reward(obs: Observation, call: Call) -> bool:
+    """A class without ``get_reward()`` whose ``env.reward`` does not exist."""
+    error = call.error or {}
+    return (
+        str(obs.reward_source or "").startswith(ENV_REWARD)
+        and error.get("type") == "AttributeError"
+        and "attribute 'reward'" in str(error.get("message", ""))
+    )
 
 
 def shape_hints(obs: Observation, contract: Contract) -> list[str]:
@@ -49,6 +60,12 @@ def shape_hints(obs: Observation, contract: Contract) -> list[str]:
             hints.append(
                 f"the episode has no method {method!r} for the catalog's {role!r} tool: map the catalog's "
                 f"tools to its methods with 'tools', e.g. {{{role!r}: 'your_method'}} ({DOCS})"
+            )
+        elif obs.subject == "episode" and call.name == "get_reward" and _no_reward(obs, call):
+            hints.append(
+                "the class has no get_reward() and no 'reward' attribute: TRL scores an environment through "
+                "get_reward(), or a reward function reading env.reward; define one of them "
+                f"({DOCS})"
             )
         elif obs.subject == "episode" and call.name == "terminal" and wrong:
             hints.append(

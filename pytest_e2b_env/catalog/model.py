@@ -72,6 +72,16 @@ PREDICATES: dict[str, str] = {
     "masked_or_raise": "an infrastructure fault is unscorable, never a number: the scoring call raised, "
     "or returned None (TRL's unscorable) exactly where the case says 'masked' and these scores elsewhere; "
     "a masked episode had every sandbox gone when get_reward() returned",
+    "reward_reads": "the reward, read as TRL reads it after each rollout of one reused instance, "
+    "was exactly these values in order",
+    "released_at_reads": "no sandbox of the episode was alive at any reward read (TRL pools instances "
+    "and never closes them)",
+    "tools_probed": "every model tool besides the terminal and submit was called with each set of hostile "
+    "arguments and answered each (a value or an exception)",
+    "host_untouched": "no hostile tool argument made the episode write into, change or read the host "
+    "directory its paths named",
+    "factory_picklable": "the factory pickles, as AsyncGRPOTrainer needs to hand it to its spawned rollout "
+    "worker",
 }
 
 # Which subject each predicate makes sense for (both when absent).
@@ -96,6 +106,11 @@ _EPISODE_ONLY = {
     "observations_exclude",
     "parallel_isolated",
     "reset_replaces",
+    "reward_reads",
+    "released_at_reads",
+    "tools_probed",
+    "host_untouched",
+    "factory_picklable",
 }
 
 
@@ -188,7 +203,10 @@ class Step(BaseModel):
     waits ``seconds`` or ``until`` a limit in force has passed; ``deadline`` marks a call that must
     come back within that limit (plus the stated tolerance). A ``vanish`` step is the backend's, not
     a call: every sandbox of the episode alive at that point is killed through the target's API
-    while no call is in flight (what an expired lifetime or an operator's kill does to it).
+    while no call is in flight (what an expired lifetime or an operator's kill does to it). ``repair``
+    runs the case's repair commands at that point (instead of first), ``reward`` reads the reward
+    as TRL does after a rollout (the instance stays, as in TRL's pool), and ``probe-tools`` calls
+    every model tool besides the terminal and submit with hostile arguments.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -243,6 +261,9 @@ class EpisodeInput(BaseModel):
             raise ValueError("give exactly one of task or task_file")
         if self.lanes and self.script:
             raise ValueError("give script (one episode) or lanes (parallel episodes), not both")
+        steps = [step for lane in (self.lanes or [self.script]) for step in lane]
+        if self.repair is None and any(step.tool == "repair" for step in steps):
+            raise ValueError("a 'repair' step needs the episode's repair file (repair = ...)")
         return self
 
 
@@ -258,7 +279,7 @@ class Case(BaseModel):
     modes: list[Literal["offline", "live"]] = Field(default_factory=lambda: ["offline", "live"])  # type: ignore[arg-type]
     modes_reason: str | None = None
     faults: list[Fault] = Field(default_factory=list)
-    needs: Literal["keeps_sandboxes", "renews_lifetime"] | None = None
+    needs: Literal["keeps_sandboxes", "renews_lifetime", "extra_tools"] | None = None
     #: House policy instead of safety: one policy name for the whole case, or predicate -> name.
     policy: str | dict[str, str] | None = None
     reward: RewardInput | None = None

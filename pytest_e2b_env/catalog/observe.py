@@ -79,6 +79,10 @@ class Call:
     step: int | None = None
     deadline: dict[str, Any] | None = None
     started_at: float = field(default_factory=time.time)
+    #: the type name of what the call returned, as the subject's process saw it
+    value_type: str | None = None
+    #: the hostile argument set of a probed tool call (``traversal``, ``oversized``...), else None
+    probe: str | None = None
 
     def to_event(self) -> dict[str, Any]:
         """The trajectory event of this call."""
@@ -94,6 +98,7 @@ class Call:
             "seconds": round(self.seconds, 4),
             "after_submit": self.after_submit,
             "step": self.step,
+            **({"probe": self.probe} if self.probe is not None else {}),
         }
 
 
@@ -126,6 +131,17 @@ class Observation:
     watch_rules: list[str] = field(default_factory=list)
     #: how many forms of expected outputs those rules look for
     watched_forms: int = 0
+    #: where an episode's reward comes from: ``get_reward()``, or ``env.reward`` and its shape
+    reward_source: str | None = None
+    #: sandboxes of the episode alive at each reward read (lane 0, one episode at a time)
+    alive_at_reads: list[list[str]] = field(default_factory=list)
+    #: each model tool's parameters, as the subject's process read them
+    tool_params: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: the tools the case called with hostile arguments, and what that did to the host
+    probe_targets: list[str] = field(default_factory=list)
+    host_probe: dict[str, Any] | None = None
+    #: "ok", or why AsyncGRPOTrainer could not pickle the factory (None: not observed)
+    factory_pickle: str | None = None
 
     # ---- derived facts -------------------------------------------------------------------
     def calls_named(self, name: str) -> list[Call]:
@@ -205,4 +221,17 @@ class Observation:
             "leaked_after_sweep": self.leaked_after_sweep,
             "cut_off": self.cut_off,
             "driver_error": self.driver_error,
+            **(self._episode_facts() if self.subject == "episode" else {}),
+        }
+
+    def _episode_facts(self) -> dict[str, Any]:
+        return {
+            "reward_source": self.reward_source,
+            "alive_at_reads": self.alive_at_reads,
+            "factory_pickle": self.factory_pickle,
+            **(
+                {"probe_targets": self.probe_targets, "host_probe": self.host_probe}
+                if self.probe_targets
+                else {}
+            ),
         }

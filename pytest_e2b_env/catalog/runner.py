@@ -30,6 +30,7 @@ from pytest_e2b_env.catalog.hints import shape_hints
 from pytest_e2b_env.catalog.model import Case
 from pytest_e2b_env.catalog.observe import Observation, exception_info, rule_of, scrub
 from pytest_e2b_env.catalog.record import CaseRecord
+from pytest_e2b_env.catalog.trlrules import not_applicable as trl_not_applicable
 from pytest_e2b_env.catalog.verdict import judge
 from pytest_e2b_env.evidence.records import criterion
 from pytest_e2b_env.targets import Target
@@ -202,6 +203,8 @@ def not_applicable(case: Case, obs: Observation) -> str | None:
         return "not applicable: the reward function is sync, and a sync call cannot be cancelled mid-batch"
     if case.needs == "keeps_sandboxes" and not obs.alive_after_first_call:
         return "not applicable: the ledger shows the subject keeps no sandbox across calls"
+    if case.needs == "extra_tools":
+        return trl_not_applicable(case, obs)
     if case.needs == "renews_lifetime":
         renewals = [e for e in obs.ledger if "/timeout" in str(e.get("route", ""))]
         if not renewals:
@@ -388,6 +391,8 @@ def _record(
 ) -> CaseRecord:
     record = CaseRecord.for_case(case, calls.spec, status, reason)
     record.contract = calls.contract.summary()
+    if obs.reward_source is not None:  # detected, not declared: get_reward(), or env.reward and its shape
+        record.contract["reward"] = obs.reward_source
     record.observed = json.loads(scrub(json.dumps(obs.to_dict(), default=str), secrets))
     record.criteria = criteria
     record.relaxed = sorted({str(c["policy"]) for c in criteria if c.get("relaxed")})

@@ -16,6 +16,7 @@ from pytest_e2b_env.catalog.contract import Contract
 from pytest_e2b_env.catalog.expected import CRITERION, DESCRIPTION, MIN_NEEDLE, carried
 from pytest_e2b_env.catalog.model import PREDICATES, Case
 from pytest_e2b_env.catalog.observe import Call, Observation
+from pytest_e2b_env.catalog.trlrules import TRL_JUDGES, trl_criteria
 from pytest_e2b_env.evidence.records import criterion
 
 Judge = Callable[[Any, Observation], tuple[bool, Any]]
@@ -502,6 +503,7 @@ JUDGES: dict[str, Judge] = {
     "masked_or_raise": _masked_or_raise,
     "score_mask_or_raise": _score_mask_or_raise,
     "faulted_sandbox_released": _faulted_released,
+    **TRL_JUDGES,
 }
 assert set(JUDGES) == set(PREDICATES), "every predicate needs a judge"
 
@@ -589,6 +591,7 @@ def judge(
             and c.name not in tolerated
             and not c.after_submit
             and c.name not in ("terminal",)
+            and c.probe is None  # a probed tool may refuse its hostile arguments by raising
         ]
         criteria.append(
             criterion(
@@ -599,6 +602,7 @@ def judge(
                 unexpected,
             )
         )
+    criteria += trl_criteria(case, obs)
     if "leaked_sandboxes" not in case.expect and "leaked_after_sweep" not in case.expect:
         counted, actual = leaks(obs)
         criteria.append(criterion("no-leak", PREDICATES["leaked_sandboxes"], not counted, [], actual))
