@@ -211,12 +211,15 @@ class CaseHost(SubjectCalls):
     def _send(self, message: dict[str, Any]) -> None:
         data = memoryview(dumps(message))
         with self._send_lock:
-            while data:
-                try:
+            try:
+                while data:
                     written = os.write(self._to_child, data)
-                except OSError:
-                    raise HostDied("the case host is gone") from None
-                data = data[written:]
+                    data = data[written:]
+                return
+            except OSError:
+                pass
+        # It ended before its reader saw the pipe close: learn how it ended, as the reader would.
+        self._fail("the case host closed its pipe", timed_out=False)
 
     def _read(self, fd: int, generation: int) -> None:
         """The host's answers, delivered as they come (one thread per host start)."""

@@ -132,18 +132,20 @@ def test_stale_sweep_removes_trees_deeper_than_the_recursion_limit(tmp_path: Pat
     from pytest_e2b_env.standalone.fsops import remove_tree_quietly
 
     stale = tmp_path / "1-dead"
-    (stale / "a").mkdir(parents=True)
-    (stale / "b").mkdir()
-    _mkdeep(stale / "a", 1100)
-    _mkdeep(stale / "b", 3000)
-    (tmp_path / "1-dead.lock").touch()  # its owner is gone: nobody holds the lock
-    alive = Owner(tmp_path / "2-alive")  # makes its directory once its lock is held
+    alive = None
     try:
+        (stale / "a").mkdir(parents=True)
+        (stale / "b").mkdir()
+        _mkdeep(stale / "a", 1100)
+        _mkdeep(stale / "b", 3000)
+        (tmp_path / "1-dead.lock").touch()  # its owner is gone: nobody holds the lock
+        alive = Owner(tmp_path / "2-alive")  # makes its directory once its lock is held
         sweep(tmp_path)
         assert sorted(p.name for p in tmp_path.iterdir()) == ["2-alive", "2-alive.lock"]
         assert Path("/etc").is_dir()
     finally:  # never leave a tree pytest's own (recursive) tmp cleanup cannot remove
-        alive.release()
+        if alive is not None:
+            alive.release()
         remove_tree_quietly(stale)
 
 
