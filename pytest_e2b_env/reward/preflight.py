@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from pytest_e2b_env.errors import PreflightError
-from pytest_e2b_env.reward.protocol import Limits, case_output
+from pytest_e2b_env.reward.protocol import Limits, ProtocolError, case_output
 from pytest_e2b_env.standalone.linux import NOBODY
 
 # Checks the probe reports from inside a case sandbox.
@@ -68,6 +68,10 @@ def check_preflight(sandbox_id: str, answer: dict[str, Any], limits: Limits) -> 
         reported = json.loads(case_output(probe).decode("utf-8"))["checks"]
     except (ValueError, KeyError, TypeError):
         reported = {}
+    if probe.get("timed_out") or not reported:
+        # A probe that never reported measured nothing (a starved or broken worker): the worker is
+        # replaced as a broken one is, rather than refused as a finding of its isolation.
+        raise ProtocolError(f"worker {sandbox_id}: the isolation probe did not report (timed out, no output)")
     for name in INSIDE:
         checks[name] = reported.get(name) is True
     # In a user namespace of its own an unmapped uid (worker root) reads as 65534 from inside:
