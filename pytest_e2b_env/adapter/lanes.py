@@ -381,21 +381,20 @@ class Lanes:
             return item
 
     def _probed(self, kind: str, host: CaseHost) -> None:
-        """After a kind's first case: does its subject hold machine-wide state? (serial if so)"""
+        """After a kind's first case: does its subject hold machine-wide state? (serial if so; the
+        lane marks the probe done, whatever this met)"""
         from pytest_e2b_env.catalog.procs import fixed_ports
 
         pid = host.subject_pid()
         ports = fixed_ports(pid) if pid is not None else []
-        with self._changed:
-            if ports:
-                shown = ", ".join(str(p) for p in ports)
+        if ports:
+            shown = ", ".join(str(p) for p in ports)
+            with self._lock:
                 self.serial[kind] = (
                     f"the {kind} subject's process listens on fixed port {shown}, state every process of "
                     "the machine shares (a case in one lane could reach the server another lane's "
                     "process started): its cases ran in one lane, one after another"
                 )
-            self._probe[kind] = "done"
-            self._changed.notify_all()
 
     def _lane(self, number: int, kind: str) -> None:
         try:
@@ -448,8 +447,9 @@ class Lanes:
                     ):
                         with contextlib.suppress(Exception):
                             self._probed(case.subject, hosts[case.subject])
-                        with self._lock:  # whatever the probe met, the kind goes on
+                        with self._changed:  # whatever the probe met, the kind goes on
                             self._probe[case.subject] = "done"
+                            self._changed.notify_all()
                     outcome.done.set()
                     with self._changed:
                         self._changed.notify_all()
