@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pytest_e2b_env.catalog.procs import PortWatch
 from pytest_e2b_env.catalog.record import CaseRecord
 from pytest_e2b_env.evidence.redaction import Redactor
 
@@ -380,13 +381,9 @@ class Lanes:
             self._started.add(item[0])
             return item
 
-    def _probed(self, kind: str, host: CaseHost) -> None:
+    def _probed(self, kind: str, ports: list[int]) -> None:
         """After a kind's first case: does its subject hold machine-wide state? (serial if so; the
         lane marks the probe done, whatever this met)"""
-        from pytest_e2b_env.catalog.procs import fixed_ports
-
-        pid = host.subject_pid()
-        ports = fixed_ports(pid) if pid is not None else []
         if ports:
             shown = ", ".join(str(p) for p in ports)
             with self._lock:
@@ -435,18 +432,20 @@ class Lanes:
                     continue
                 key, case, subject = item
                 outcome = self._outcomes[key]
+                probe = self._probe.get(case.subject) == "running"  # this lane runs its kind's probe
+                probe = probe and self._prober.get(case.subject) == number
+                watch = None
                 try:
                     host = host_of(subject, case.subject)
+                    pid = host.subject_pid() if probe else None
+                    watch = PortWatch(pid) if pid is not None else None
                     outcome.record = run_on(case, self.settings, target, host)
                 except BaseException as exc:  # handed to the item, which reports it as its own
                     outcome.error = exc
                 finally:
-                    if (
-                        self._probe.get(case.subject) == "running"
-                        and self._prober.get(case.subject) == number
-                    ):
+                    if probe:
                         with contextlib.suppress(Exception):
-                            self._probed(case.subject, hosts[case.subject])
+                            self._probed(case.subject, watch.stop() if watch is not None else [])
                         with self._changed:  # whatever the probe met, the kind goes on
                             self._probe[case.subject] = "done"
                             self._changed.notify_all()

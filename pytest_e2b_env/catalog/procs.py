@@ -18,6 +18,7 @@ import contextlib
 import os
 import secrets
 import signal
+import threading
 import time
 
 from pytest_e2b_env.settings import ENV_HOST_MARKER
@@ -250,3 +251,31 @@ def fixed_ports(pid: int) -> list[int]:
                 if int(fields[9]) in inodes and port < low:
                     ports.add(port)
     return sorted(ports)
+
+
+class PortWatch:
+    """:func:`fixed_ports` of a process tree, looked at every ``every`` seconds from a thread until
+    :meth:`stop`: a subject may hold its server only while it is open (a pool's metrics endpoint
+    opened with the pool and closed with it), so one look after its case would miss it."""
+
+    def __init__(self, pid: int, every: float = 0.1) -> None:
+        self.pid, self.every = pid, every
+        self.ports: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="pe2b-port-watch", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):  # a tree gone mid-look: nothing to add
+                self.ports.update(fixed_ports(self.pid))
+            if self._stop.wait(self.every):
+                return
+
+    def stop(self) -> list[int]:
+        """Stop looking (after one last look); every fixed port seen, sorted."""
+        self._stop.set()
+        self._thread.join()
+        with contextlib.suppress(Exception):
+            self.ports.update(fixed_ports(self.pid))
+        return sorted(self.ports)

@@ -11,6 +11,8 @@ from pytest_e2b_env.reward.protocol import ProtocolError, StarvedCase, case_outp
 from pytest_e2b_env.reward.records import CandidateRecord, CaseRecord, digest
 
 Cases = list[tuple[bytes, Any]]
+#: The runner's timing figures a case record keeps (see ``reward_runner._wait_deadline``).
+TIMING = ("own", "waited", "cpu", "blocked")
 
 
 def validate_batch(completions: Sequence[Any], test_cases: Sequence[Any]) -> list[Cases]:
@@ -44,6 +46,19 @@ def validate_batch(completions: Sequence[Any], test_cases: Sequence[Any]) -> lis
     return batch
 
 
+def _timing(raw: Any) -> dict[str, Any] | None:
+    """The runner's timing of a case, kept only as plain numbers and a short state (it is evidence)."""
+    if not isinstance(raw, dict):
+        return None
+    numbers = {k: raw.get(k) for k in TIMING}
+    kept: dict[str, Any] = {
+        k: v for k, v in numbers.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+    if isinstance(raw.get("state"), str):
+        kept["state"] = raw["state"][:1]
+    return kept
+
+
 def grade_answer(record: CandidateRecord, answer: dict[str, Any], cases: Cases) -> int:
     """Fill ``record`` (score, reason, per-case records) from the runner's answer; cases graded.
 
@@ -71,7 +86,14 @@ def grade_answer(record: CandidateRecord, answer: dict[str, Any], cases: Cases) 
         )
         passed += reason == "passed"
         record.cases.append(
-            CaseRecord(reason, result.get("exit_code"), result.get("seconds"), len(output), digest(output))
+            CaseRecord(
+                reason,
+                result.get("exit_code"),
+                result.get("seconds"),
+                len(output),
+                digest(output),
+                _timing(result.get("timing")),
+            )
         )
     record.score = passed / len(cases)
     failed = [c.reason for c in record.cases if c.reason != "passed"]

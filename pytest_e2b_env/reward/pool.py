@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import logging
 import time
 import uuid
 from typing import Any
@@ -50,6 +51,7 @@ from pytest_e2b_env.reward.workers import (
 )
 from pytest_e2b_env.settings import DEFAULT_CREATE_INTERVAL, env_run_id
 
+log = logging.getLogger("pytest_e2b_env.reward")
 _POISON = "poison"  # queued when a background creation failed: every waiter raises the pool's failure
 #: The most candidates one command hands a worker (a TRL batch is split over the workers first).
 MAX_PART = 16
@@ -391,6 +393,12 @@ class RewardPool:
             raise InfrastructureError("a RewardPool serves one event loop; create one pool per loop")
 
     def _commit(self, record: CandidateRecord) -> None:
+        for number, case in enumerate(record.cases):
+            timing = case.timing or {}
+            if case.reason == "timeout" and timing.get("blocked", 0) >= timing.get("own", 0):
+                # Stalled in the kernel (I/O, reclaim, locks) at least as long as it ran: on a loaded
+                # host that can be the host's doing. Training logs should show it; the 0 stands.
+                log.warning("candidate %d case %d timed out stalled: %s", record.index, number, timing)
         self._counters.candidates += 1
         self._counters.count_reason(record.reason or "passed")
         self._ledger.append(record.as_dict())

@@ -32,6 +32,9 @@ class CaseRecord:
     seconds: float | None
     output_bytes: int
     output_sha256: str
+    #: Why it took its time, as the runner measured it: own, waited (runnable, no CPU), cpu and
+    #: blocked (uninterruptible sleep) seconds, and its state at the last look.
+    timing: dict[str, Any] | None = None
 
 
 @dataclass

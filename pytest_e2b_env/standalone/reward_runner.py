@@ -388,53 +388,117 @@ def _open_proc() -> int | None:
         return None
 
 
+def _state(proc_fd: int | None, pid: int) -> str:
+    """``pid``'s scheduler state letter (``R``, ``S``, ``D``...), or ``?``."""
+    raw = _proc_read(proc_fd, pid, "stat", 1024)
+    rest = raw[raw.rfind(b")") + 2 :] if raw else b""
+    return rest[:1].decode("ascii", "replace") or "?"
+
+
+#: How often the deadline wait looks at the program (its state, its tree) while it runs.
+LOOK_SECONDS = 0.05
+
+
+class _OwnTime:
+    """A running program's own time, from what each look at it saw (no I/O: fed by :func:`_wait_deadline`).
+
+    Its own time is wall time less the time it sat runnable waiting for a CPU and, while it is
+    alone, less the time it was seen in uninterruptible sleep (a page-in of the interpreter whose
+    cache another sandbox's memory pressure evicted, the disk queue behind the host's writers): on
+    a loaded host a correct program is slowed, not wrong, and scoring it 0 would teach the policy
+    noise. A program that sleeps or waits on a pipe still uses its time. Its own time is never less
+    than the CPU its whole process tree used over the CPUs the tree may run on: a program whose own
+    children keep it waiting (a fork bomb) is not starved by the host but is the load, and ends at
+    its deadline. Alone: one thread, no other process of its own at any look, no reaped child,
+    never more than one CPU-second per second.
+
+    A program still running at the backstop (``slack`` times the deadline of wall time) is stopped
+    there. Starved: it was alone and had not spent its time even counting its uninterruptible sleep
+    as its own, so the host kept it from the CPU (no score, never a 0). One that spent it stalled in
+    the kernel has timed out, as has one with company of its own: a program cannot buy a mask with
+    I/O of its own making, only take longer to earn its 0.
+    """
+
+    def __init__(self, start: float, seconds: float, slack: float, first: tuple | None) -> None:
+        self.start, self.seconds, self.hard = start, seconds, start + seconds * slack
+        self.first = first  # the tree's usage at the start (see _tree_usage), None without /proc
+        self.alone = first is not None and first[2] == 1 and not first[3]
+        self.own = self.spent = self.waited = self.blocked = 0.0
+        self.looked = self.walked = start
+        self.state = "?"
+
+    def look(self, now: float, waited: float, state: str) -> None:
+        """One look: ``waited`` seconds runnable without a CPU since the start, its state letter now."""
+        self.waited, self.state = waited, state
+        # A look counts the time since the one before: a stall seen now is taken to have lasted.
+        self.blocked += now - self.looked if state == "D" else 0.0
+        self.looked = now
+        self.spent = now - self.start - waited  # its uninterruptible sleep counted as its own
+        self.own = self.spent - self.blocked if self.alone else self.spent
+
+    def wants_tree(self, now: float) -> bool:
+        """Whether to walk its tree now: only once it waited or stalled (the walk costs up to
+        MAX_TREE reads), at most twice a second, and at every decision."""
+        due = now - self.walked >= 10 * LOOK_SECONDS or self.own >= self.seconds or now >= self.hard
+        return due and (self.waited > 0 or self.blocked > 0) and self.first is not None
+
+    def tree(self, now: float, usage: tuple) -> None:
+        """What a walk of its tree found (see :func:`_tree_usage`)."""
+        assert self.first is not None
+        self.walked = now
+        used = usage[0] - self.first[0]
+        self.alone = self.alone and usage[2] == 1 and not usage[3] and used <= now - self.start + 0.05
+        self.spent = max(self.spent, used / usage[1])
+        self.own = max(self.spent - self.blocked if self.alone else self.spent, used / usage[1])
+
+    def left(self, now: float) -> float:
+        """Seconds until it must be stopped: its own time or the backstop, whichever comes first."""
+        return min(self.seconds - self.own, self.hard - now)
+
+    @property
+    def starved(self) -> bool:
+        """Stopped now, would it have been the host's doing (see the class)?"""
+        return self.alone and self.spent < self.seconds
+
+    def timing(self, cpu: float) -> dict:
+        figures = {"own": self.own, "waited": self.waited, "cpu": cpu, "blocked": self.blocked}
+        return {**{k: round(v, 4) for k, v in figures.items()}, "state": self.state}
+
+
 def _wait_deadline(
     pid: int, seconds: float, slack: float, proc_fd: int | None = None
-) -> tuple[int, bool, bool]:
-    """Wait for ``pid`` until its own time passes ``seconds``; SIGKILL it then.
+) -> tuple[int, bool, bool, dict]:
+    """Wait for ``pid`` until its own time (see :class:`_OwnTime`) passes ``seconds``; SIGKILL it then.
 
-    Returns (wait status, timed out, starved). Starved: the backstop stopped it before its own time
-    was spent while it was one thread alone (no other thread or process of its own at any look, no
-    reaped child, never more than one CPU-second per second), so nothing of its own kept it
-    waiting: the host, not the program, ran out of time. A program with company of its own (a fork
-    bomb, busy threads) that the backstop stops has timed out, whatever else loads the host.
-
-    Its own time is wall time minus the time it sat runnable waiting for a CPU: on a loaded host a
-    correct program is slowed, not wrong, and scoring it 0 would teach the policy noise. A program
-    that sleeps or blocks still uses its time. Its own time is never less than the CPU its whole
-    process tree used over the CPUs the tree may run on: a program whose own children keep it
-    waiting (a fork bomb) is not starved by the host but is the load, and ends at its deadline. One
-    starved for longer than ``slack`` times the deadline is stopped anyway. Without schedstat
-    the deadline is plain wall time.
+    Returns (wait status, timed out, starved, timing). Without schedstat the deadline is plain wall
+    time. Timing is the evidence of why a case took its time: ``own``, ``waited`` (runnable, no
+    CPU), ``cpu`` (CPU seconds of B and the children it reaped), ``blocked`` (seen in
+    uninterruptible sleep at looks every :data:`LOOK_SECONDS`) and ``state``, its state at the last
+    look.
     """
     pidfd = os.pidfd_open(pid)
     try:
         start = time.monotonic()
         base = _runqueue_seconds(proc_fd, pid)
-        first = _tree_usage(proc_fd, pid)
-        hard = start + seconds * slack
-        timed_out = starved_out = False
-        alone = first is not None and first[2] == 1 and not first[3]
+        clock = _OwnTime(start, seconds, slack, _tree_usage(proc_fd, pid))
+        timed_out = starved = False
         while True:
             now = time.monotonic()
             waited = _runqueue_seconds(proc_fd, pid)
-            starved = waited - base if waited is not None and base is not None else 0.0
-            own = now - start - starved
-            if starved > 0 and first is not None and (usage := _tree_usage(proc_fd, pid)) is not None:
-                used = usage[0] - first[0]
-                own = max(own, used / usage[1])
-                alone = alone and usage[2] == 1 and not usage[3] and used <= now - start + 0.05
-            left = min(seconds - own, hard - now)
+            runnable = waited - base if waited is not None and base is not None else 0.0
+            clock.look(now, runnable, _state(proc_fd, pid))
+            if clock.wants_tree(now) and (usage := _tree_usage(proc_fd, pid)) is not None:
+                clock.tree(now, usage)
+            left = clock.left(now)
             if left <= 0:
-                timed_out = True
-                starved_out = alone and own < seconds
+                timed_out, starved = True, clock.starved
                 os.kill(pid, signal.SIGKILL)
                 break
-            ready, _, _ = select.select([pidfd], [], [], left)
+            ready, _, _ = select.select([pidfd], [], [], min(left, LOOK_SECONDS))
             if ready:
                 break
-        _, status = os.waitpid(pid, 0)
-        return status, timed_out, starved_out
+        _, status, rusage = os.wait4(pid, 0)
+        return status, timed_out, starved, clock.timing(rusage.ru_utime + rusage.ru_stime)
     finally:
         os.close(pidfd)
 
@@ -479,7 +543,7 @@ def _supervise(
         else:
             started = time.monotonic()
             uid = _uid_of(proc_fd, pid)  # B has exec'd: the program's own credentials
-            status, timed_out, starved = _wait_deadline(
+            status, timed_out, starved, timing = _wait_deadline(
                 pid, spec["case_seconds"], spec["limits"]["wall_slack"], proc_fd
             )
             report = {
@@ -487,6 +551,7 @@ def _supervise(
                 "seconds": round(time.monotonic() - started, 6),
                 "timed_out": timed_out,
                 "starved": starved,
+                "timing": timing,
                 "exit_code": os.waitstatus_to_exitcode(status),
                 "uid": uid,
                 "started": round(started, 6),  # the worker's monotonic clock: cases side by side overlap

@@ -93,6 +93,24 @@ def make_reward():
     return reward
 """
 
+#: The same scoring in the subject's own process, with a server on PORT only while the subject is
+#: open (a pool's metrics endpoint): a second process of the machine cannot open it meanwhile.
+SCOPED = (
+    SHARED
+    + """
+
+@contextlib.contextmanager
+def make_scoped():
+    server = ThreadingHTTPServer(("127.0.0.1", PORT), BaseHTTPRequestHandler)  # in use: OSError
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield lambda completions, test_cases, **kwargs: _score_all(completions, test_cases)
+    finally:
+        server.shutdown()
+        server.server_close()
+"""
+).replace("import base64,", "import base64, contextlib,")
+
 #: The tiny cases, and one whose fault fires only on the case's own target.
 FAULTED = """
 [[case]]
@@ -172,3 +190,21 @@ def test_a_subject_on_a_fixed_port_runs_in_one_lane_with_the_serial_verdicts(
     assert "the reward subject's process listens on fixed port" in out, out
     manifest = read_json(bundle / "run-manifest.json")
     assert "fixed port" in manifest["serial_kinds"]["reward"]
+
+
+@pytest.mark.full
+def test_a_subject_holding_a_fixed_port_only_while_open_runs_in_one_lane(pytester: pytest.Pytester) -> None:
+    """A server opened with the subject and closed with it is gone when its first case ends: the
+    lanes watch the ports while that case runs, so the kind still runs in one lane (side by side,
+    the second subject to open would fail with "Address already in use")."""
+    write_project(pytester, subject="shared:make_scoped")
+    pytester.makepyfile(shared=SCOPED.format(port=_free_fixed_port()))
+    (pytester.path / "mycases" / "reward.toml").write_text(CASES + CASES.replace("tiny-", "tiny2-"))
+    result = pytester.runpytest_subprocess(
+        "--e2b-evidence", "ev", "--e2b-lanes", "3", "-p", "no:cacheprovider"
+    )
+    bundle = only_bundle(pytester.path / "ev")
+    lines = (bundle / "cases.jsonl").read_text().splitlines()
+    statuses = {r["id"]: r["status"] for r in map(json.loads, lines)}
+    assert set(statuses.values()) == {"passed"}, result.stdout.str()
+    assert "fixed port" in read_json(bundle / "run-manifest.json")["serial_kinds"]["reward"]

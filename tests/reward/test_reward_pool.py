@@ -209,10 +209,16 @@ async def test_a_correct_program_slowed_by_cpu_contention_is_no_timeout(
     (record,) = pool.ledger
     (case,) = record["cases"]
     assert case["seconds"] > 1.5, case  # it did run past the deadline in wall time
-    # and a program that sleeps past the deadline still times out at it
+    timing = case["timing"]  # the evidence of why: it waited for the CPU the hog held
+    assert timing["waited"] > 0, case
+    assert timing["own"] < 1.5 < timing["own"] + timing["waited"], case
+    # and a program that sleeps past the deadline still times out at it, asleep, not stalled
     sleeper = "import time\ntime.sleep(5)\n"
     assert await pool.code_reward([completion(sleeper)], [cases]) == [0.0]
-    assert pool.ledger[-1]["cases"][0]["reason"] == "timeout"
+    (case,) = pool.ledger[-1]["cases"]
+    assert case["reason"] == "timeout", case
+    assert case["timing"]["state"] == "S", case
+    assert case["timing"]["own"] >= 1.5 > case["timing"]["blocked"], case
 
 
 @pytest.mark.full
