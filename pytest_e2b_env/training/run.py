@@ -90,7 +90,9 @@ def _tiny_model(settings: TrainSettings, subject: Any, record: RunRecord, say: C
     return str(out)
 
 
-def _finish(record: RunRecord, subject: Any, target: Target | None, say: Progress, user: bool) -> None:
+def _finish(
+    record: RunRecord, subject: Any, target: Target | None, say: Progress, user: bool = False
+) -> None:
     """Close everything; every failure here is a cleanup failure of the run."""
     from pytest_e2b_env.training.subjects import check_no_leaks
     from pytest_e2b_env.training.user import check_created_gone
