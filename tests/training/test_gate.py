@@ -212,3 +212,23 @@ def test_train_asking_for_a_kind_the_project_lacks_is_a_usage_error(tmp_path: Pa
     done = _train(project, "--mode", "episode")
     assert done.returncode == 2
     assert "--mode episode: no episode subject is set; name one with --episode-subject" in done.stderr
+
+
+def test_an_override_is_recorded_with_the_digests_that_trained(project: Project) -> None:
+    """--unvalidated trains unvalidated; validated_by keeps the reason, the digests and the refusal."""
+    from pytest_e2b_env.cli.train_project import gate
+
+    recorded = gate(project, validate_first=False, unvalidated="rehearsal on a scratch copy")
+    assert recorded["override"] == "rehearsal on a scratch copy"
+    assert recorded["facts"]["subject"] == project.subject
+    assert recorded["facts"]["subject_sha256"] == subject_source(project.subject)["sha256"]
+    assert recorded["validation"]["refused"].startswith("no evidence bundle in")
+
+
+def test_an_override_still_names_a_matching_validation(project: Project) -> None:
+    """With a passing validation present, the override record names it too."""
+    from pytest_e2b_env.cli.train_project import gate
+
+    validate_bundle(project, "validate-ok")
+    recorded = gate(project, validate_first=False, unvalidated="why not")
+    assert recorded["validation"]["run_id"] == "validate-ok"
