@@ -97,6 +97,16 @@ def episode_run(
     return project, done, seconds
 
 
+def _source_now(project: Path, spec: str) -> str | None:
+    """The subject's source digest now, found on the project's pythonpath as validate found it."""
+    saved = list(sys.path)
+    sys.path[:0] = [str(project), str(SUBJECTS)]
+    try:
+        return subject_source(spec)["sha256"]
+    finally:
+        sys.path[:] = saved
+
+
 def _check_run(project: Path, done: subprocess.CompletedProcess[str], kind: str, spec: str) -> dict[str, Any]:
     __tracebackhide__ = True
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
@@ -125,7 +135,7 @@ def _check_run(project: Path, done: subprocess.CompletedProcess[str], kind: str,
     assert manifest["tasks"]["passed"]
     assert validated["subject"] == spec
     assert validated["subject_sha256"] == manifest["subject_sources"][kind]["sha256"]
-    assert validated["subject_sha256"] == subject_source(spec)["sha256"]
+    assert validated["subject_sha256"] == _source_now(project, spec)
     assert validated["contract"] == manifest["contracts"][kind]
     assert validated["catalog_hash"] == manifest["catalog_hash"]
     assert validated["tasks_digest"] == manifest["tasks_digest"]
