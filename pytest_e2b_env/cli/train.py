@@ -89,9 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description=(
-            "TRL GRPO on the validated reward pool (--mode reward) or report-repair episode "
-            "(--mode episode). Measures the held-out reward before and after training and writes "
-            "metrics.json plus an evidence bundle to --output-dir."
+            "TRL GRPO on your project's reward function or episode class and task rows (the pytest "
+            "config validate reads), refused unless a passing evidence bundle of the same code and "
+            "tasks exists; with nothing of yours configured, the bundled reward pool (--mode reward) "
+            "or report-repair episode (--mode episode). Measures the held-out reward before and after "
+            "training and writes metrics.json plus an evidence bundle to --output-dir."
         ),
     )
     parser.add_argument(
