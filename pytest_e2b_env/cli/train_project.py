@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -34,16 +35,21 @@ def read_project(mode: str | None, named: dict[str, str | None]) -> tuple[str, P
     from pytest_e2b_env.adapter.validate_subjects import REFERENCE, ValidateSubjects
 
     # Only the plugin's settings are needed: no cache, no collection, no session.
-    args = ["-p", "no:cacheprovider", "--e2b-catalog-only"]
-    try:
-        config = _prepareconfig(args, plugins=[ValidateSubjects(named, "all")])
-    except pytest.UsageError as exc:
-        raise ConfigError(str(exc)) from None
-    try:
+    args = ["-p", "no:cacheprovider", "-p", "no:warnings", "--e2b-catalog-only"]
+    # The project's plugins warn about their own config as validate's run shows them; here those
+    # warnings would only repeat before training.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            config = _prepareconfig(args, plugins=[ValidateSubjects(named, "all")])
+        except pytest.UsageError as exc:
+            raise ConfigError(str(exc)) from None
         try:
             config._do_configure()
         except pytest.UsageError as exc:
+            config._ensure_unconfigure()
             raise ConfigError(str(exc)) from None
+    try:
         if runtime_key not in config.stash:
             return mode or "reward", None
         runtime = config.stash[runtime_key]
