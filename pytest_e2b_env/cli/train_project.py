@@ -136,9 +136,16 @@ def gate(project: Project, validate_first: bool, unvalidated: str | None) -> dic
         return {"override": unvalidated, "facts": facts.as_dict(), "validation": found}
     if validate_first:
         status, run_id = run_validation(project)
+        bundle = project.evidence / run_id
+        fix = f"fix what {bundle / 'index.html'} shows, then run again"
         try:
-            validation = find_validation(project, facts)
+            validation = find_validation(project, facts, fix)
         except GateRefused as exc:
             raise GateRefused(f"--validate-first: validate exited {status} (run {run_id}); {exc}") from None
+        if status != 0 or validation.run_id != run_id:  # an older pass never stands in for this run
+            raise GateRefused(
+                f"--validate-first: validate exited {status} (run {run_id}) and left no passing bundle "
+                f"of its own in {project.evidence}; its output above says why"
+            )
         return validation.as_dict()
     return find_validation(project, facts).as_dict()

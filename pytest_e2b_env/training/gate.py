@@ -214,8 +214,11 @@ def failures(bundle: Path, manifest: dict[str, Any], project: Project, facts: Fa
     return out
 
 
-def find_validation(project: Project, facts: Facts) -> Validation:
-    """The newest passing validation of exactly ``facts``; :class:`GateRefused` says why there is none."""
+def find_validation(project: Project, facts: Facts, fix: str | None = None) -> Validation:
+    """The newest passing validation of exactly ``facts``; :class:`GateRefused` says why there is none.
+
+    ``fix``: what the refusal tells the user to do (default: run ``validate``, or ``--validate-first``).
+    """
     bundles = [(p, m) for p, m in _manifests(project.evidence) if (m.get("subjects") or {}).get(facts.kind)]
     same_subject = [(p, m) for p, m in bundles if m["subjects"][facts.kind] == facts.subject]
     for path, manifest in same_subject:
@@ -224,7 +227,7 @@ def find_validation(project: Project, facts: Facts) -> Validation:
         # The newest validation of exactly this code decides: a later failure is not outvoted by an
         # older pass (it may be the flakiness the catalog exists to find).
         if failures(path, manifest, project, facts):
-            raise GateRefused(refusal(project, facts, [(path, manifest)]))
+            raise GateRefused(refusal(project, facts, [(path, manifest)], fix))
         return Validation(
             run_id=str(manifest.get("run_id") or path.name),
             bundle=path,
@@ -233,13 +236,15 @@ def find_validation(project: Project, facts: Facts) -> Validation:
             relaxed=[str(r) for r in manifest.get("relaxed_policies") or []],
             facts=facts,
         )
-    raise GateRefused(refusal(project, facts, same_subject))
+    raise GateRefused(refusal(project, facts, same_subject, fix))
 
 
-def refusal(project: Project, facts: Facts, same_subject: list[tuple[Path, dict[str, Any]]]) -> str:
+def refusal(
+    project: Project, facts: Facts, same_subject: list[tuple[Path, dict[str, Any]]], fix: str | None = None
+) -> str:
     """The message: which validation came closest, what differs or failed, and what to run."""
     kind = facts.kind
-    fix = (
+    fix = fix or (
         f"validate it in {project.rootdir}: `{project.validate_command()}`, then train again; "
         "or pass --validate-first to validate and train in one go"
     )

@@ -226,3 +226,20 @@ def test_unchanged_project_passes_the_gate_again(reward_run: tuple) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = json.loads((project / "again" / "metrics.json").read_text())
     assert metrics["validated_by"]["run_id"] == _metrics(project)["validated_by"]["run_id"]
+
+
+def test_validate_first_that_fails_trains_nothing(tmp_path: Path) -> None:
+    """--validate-first on code the catalog catches: validate fails, train refuses, nothing trains."""
+    project = tmp_path / "leaky"
+    project.mkdir()
+    (project / "pytest.ini").write_text(
+        f"[pytest]\npythonpath = {SUBJECTS}\ne2b_reward_subject = reward_leaks_worker:LeaksWorker\n"
+    )
+    args = ("--validate-first", "--max-steps", "2", "--output-dir", "out", *FAST)
+    done, _ = _cli(project, "train", "--tiny", "--offline", "--cpu", *args)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "refused: --validate-first: validate exited 1 (run validate-" in done.stderr
+    assert "the catalog did not pass ({'failed':" in done.stderr
+    assert not (project / "out").exists()
+    (bundle,) = (project / "e2b-evidence").iterdir()
+    assert verify_bundle(bundle) == []
