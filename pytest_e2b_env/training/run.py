@@ -64,7 +64,8 @@ def _make_subject(settings: TrainSettings, target: Target, clock: StageClock, pr
     from pytest_e2b_env.training.subjects import EpisodeSubject, RewardSubject
 
     if project is not None:
-        from pytest_e2b_env.training.user import UserEpisodeSubject, UserRewardSubject
+        from pytest_e2b_env.training.user_episode import UserEpisodeSubject
+        from pytest_e2b_env.training.user_reward import UserRewardSubject
 
         user = UserEpisodeSubject if settings.mode == "episode" else UserRewardSubject
         return user(settings, target, clock, project)

@@ -18,7 +18,9 @@ from pytest_e2b_env.cli.train import parse_settings
 from pytest_e2b_env.errors import ConfigError, InfrastructureError
 from pytest_e2b_env.training.project import Project
 from pytest_e2b_env.training.timing import StageClock
-from pytest_e2b_env.training.user import UserEpisodeSubject, UserRewardSubject, split_tasks
+from pytest_e2b_env.training.user import split_tasks
+from pytest_e2b_env.training.user_episode import UserEpisodeSubject
+from pytest_e2b_env.training.user_reward import UserRewardSubject
 
 ASYNC_CONTEXT = '''
 import asyncio
