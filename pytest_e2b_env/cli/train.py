@@ -289,6 +289,13 @@ def main(argv: list[str] | None = None) -> int:
         if settings.log_completions and kind == "episode":
             raise ConfigError(f"--log-completions works with --mode reward only; the project trains {kind}")
         validated_by = gate(project, settings.validate_first, settings.unvalidated) if project else None
+        if project is None and (settings.validate_first or settings.unvalidated is not None):
+            given = "--validate-first" if settings.validate_first else "--unvalidated"
+            print(
+                f"{PROG}: note: {given} ignored: the config names no subject or tasks of yours, so the "
+                "bundled reference code trains (it is validated with the package)",
+                file=sys.stderr,
+            )
     except GateRefused as exc:
         print(f"{PROG}: refused: {exc}", file=sys.stderr)
         return 2
