@@ -19,8 +19,6 @@ from typing import Any
 from pytest_e2b_env.errors import ConfigError
 from pytest_e2b_env.training.project import Project
 
-KINDS = ("reward", "episode")
-
 
 def read_project(mode: str | None, named: dict[str, str | None]) -> tuple[str, Project | None]:
     """The kind to train and the project's subject and tasks of it (None: the bundled reference code).
