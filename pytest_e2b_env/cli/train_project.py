@@ -88,8 +88,6 @@ def read_project(mode: str | None, named: dict[str, str | None]) -> tuple[str, P
             },
             validate_args=validate_args,
             pythonpath=pythonpath,
-            subject_from_flag=bool(named.get(kind)),
-            relax=sorted(settings.relax),
         )
         return kind, project
     finally:

@@ -36,9 +36,6 @@ class Project:
     validate_args: list[str]
     #: the ``pythonpath`` ini entries (absolute): where the subject imports from
     pythonpath: list[str] = field(default_factory=list)
-    #: the subject came from a flag, not the ini
-    subject_from_flag: bool = False
-    relax: list[str] = field(default_factory=list)
 
     def validate_command(self) -> str:
         """The command to run in the project to validate what would train."""
