@@ -56,7 +56,7 @@ class _Setup(Exception):
     """Building the call's arguments failed (the subject's ``columns`` function): the driver's error."""
 
 
-def _closer(fn: Any) -> Any:
+def reward_closer(fn: Any) -> Any:
     """What TRL's caller would close a reward function with when it has no context: ``close``."""
     owner = getattr(fn, "__self__", None)
     close = getattr(fn, "close", None) or getattr(owner, "close", None)
@@ -64,10 +64,11 @@ def _closer(fn: Any) -> Any:
 
 
 def _reward_facts(fn: Any) -> dict[str, Any]:
-    return {"async": is_async_callable(fn), "close": _closer(fn) is not None}
+    return {"async": is_async_callable(fn), "close": reward_closer(fn) is not None}
 
 
-def _context(made: Any) -> str | None:
+def context_kind(made: Any) -> str | None:
+    """``async`` or ``sync`` when a reward factory's result is a context manager yielding the function."""
     if hasattr(made, "__aenter__") and hasattr(made, "__aexit__"):
         return "async"
     if hasattr(made, "__enter__") and hasattr(made, "__exit__"):
@@ -280,7 +281,7 @@ class Executor:
         self, request: dict[str, Any], loop: _RewardLoop, call_id: int
     ) -> tuple[Any, dict[str, Any]]:
         made = await _settled(self.subject.factory())
-        context = _context(made)
+        context = context_kind(made)
         facts: dict[str, Any] = {"handle": self._keep(made), "context": context}
         if context is None:
             facts |= _reward_facts(made)
@@ -290,20 +291,20 @@ class Executor:
         self, request: dict[str, Any], loop: _RewardLoop, call_id: int
     ) -> tuple[Any, dict[str, Any]]:
         made = self._object(request)
-        fn = await _settled(made.__aenter__() if _context(made) == "async" else made.__enter__())
+        fn = await _settled(made.__aenter__() if context_kind(made) == "async" else made.__enter__())
         return fn, {"handle": self._keep(fn), **_reward_facts(fn)}
 
     async def _reward_exit(
         self, request: dict[str, Any], loop: _RewardLoop, call_id: int
     ) -> tuple[Any, dict[str, Any]]:
         made = self._object(request)
-        leave = made.__aexit__ if _context(made) == "async" else made.__exit__
+        leave = made.__aexit__ if context_kind(made) == "async" else made.__exit__
         return await _settled(leave(None, None, None)), {}
 
     async def _reward_close(
         self, request: dict[str, Any], loop: _RewardLoop, call_id: int
     ) -> tuple[Any, dict[str, Any]]:
-        close = _closer(self._object(request))
+        close = reward_closer(self._object(request))
         if close is None:
             raise _Missing
         return await _settled(close()), {}

@@ -19,7 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify-evidence": ("pytest_e2b_env.cli.verify", "recheck an evidence bundle"),
     "reap": ("pytest_e2b_env.cli.reap", "kill sandboxes tagged by this tool"),
     "smoke": ("pytest_e2b_env.cli.smoke", "run the reward or episode smoke and print a JSON receipt"),
-    "train": ("pytest_e2b_env.cli.train", "TRL GRPO on the reward pool or the episode (same as train.py)"),
+    "train": ("pytest_e2b_env.cli.train", "TRL GRPO on your validated subject and tasks (same as train.py)"),
     "docs": ("pytest_e2b_env.cli.docs", "print the documentation shipped with the package (docs TOPIC)"),
 }
 

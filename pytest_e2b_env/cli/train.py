@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -16,6 +17,9 @@ from pytest_e2b_env.errors import ConfigError, MissingExtraError
 from pytest_e2b_env.extras import require
 from pytest_e2b_env.settings import DEFAULT_CREATE_INTERVAL, env_api_key
 from pytest_e2b_env.training.settings import MODES, PROG, TINY_COMPLETION, TrainSettings
+
+_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+EXAMPLES = {"reward": "mypkg.rewards:make_reward", "episode": "mypkg.env:MyEpisode"}
 
 
 def _int_at_least(minimum: int, example: int) -> Any:
@@ -68,6 +72,12 @@ def _model(text: str) -> str:
     return text
 
 
+def _reason(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the reason is blank; say why, e.g. 'rehearsal on a scratch copy'")
+    return text
+
+
 def _output_dir(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("the output directory is blank; pass e.g. training-results")
@@ -79,13 +89,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description=(
-            "TRL GRPO on the validated reward pool (--mode reward) or report-repair episode "
-            "(--mode episode). Measures the held-out reward before and after training and writes "
-            "metrics.json plus an evidence bundle to --output-dir."
+            "TRL GRPO on your project's reward function or episode class and task rows (the pytest "
+            "config validate reads), refused unless a passing evidence bundle of the same code and "
+            "tasks exists; with nothing of yours configured, the bundled reward pool (--mode reward) "
+            "or report-repair episode (--mode episode). Measures the held-out reward before and after "
+            "training and writes metrics.json plus an evidence bundle to --output-dir."
         ),
     )
     parser.add_argument(
-        "--mode", choices=MODES, default="reward", help="reward pool or episode (default: reward)"
+        "--mode",
+        choices=MODES,
+        default=None,
+        help="reward function or episode (default: reward, or episode when only an episode subject is set)",
     )
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--model", type=_model, help="local model directory or hub id")
@@ -157,6 +172,31 @@ def build_parser() -> argparse.ArgumentParser:
             "within a budget of 5%% of completions and 8 in a row, or raise and stop (default: mask)"
         ),
     )
+    project = parser.add_argument_group(
+        "your project (the pytest config validate reads; docs/training.md, 'Train what you validated')"
+    )
+    project.add_argument(
+        "--reward-subject", default=None, metavar="MODULE:FACTORY", help="reward code (overrides the ini key)"
+    )
+    project.add_argument(
+        "--episode-subject",
+        default=None,
+        metavar="MODULE:CLASS",
+        help="episode class (overrides the ini key)",
+    )
+    gate = project.add_mutually_exclusive_group()
+    gate.add_argument(
+        "--validate-first",
+        action="store_true",
+        help="run `pytest-e2b-env validate` on exactly what would train, then train if it passed",
+    )
+    gate.add_argument(
+        "--unvalidated",
+        default=None,
+        metavar="REASON",
+        type=_reason,
+        help="train without a passing validation of the same code; REASON is recorded in metrics.json",
+    )
     parser.add_argument(
         "--log-completions",
         action="store_true",
@@ -173,6 +213,14 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str] | None = None
     """Parse ``argv``; ``SystemExit(2)`` on a bad flag, :class:`MissingKeyError` on a missing key."""
     parser = build_parser()
     ns = parser.parse_args(list(argv))
+    for kind in MODES:
+        spec = getattr(ns, f"{kind}_subject")
+        if spec is not None and not _SPEC.match(spec):
+            parser.error(
+                f"argument --{kind}-subject: {spec!r} is not 'module:attr'; pass e.g. {EXAMPLES[kind]}"
+            )
+    if ns.mode is None and ns.episode_subject and not ns.reward_subject:
+        ns.mode = "episode"  # the one subject named; the config may still set the mode when none is
     if ns.log_completions and ns.mode == "episode":
         # TRL 1.16 builds an Arrow table of the completions; a tool call without arguments
         # (submit) makes it raise ArrowNotImplementedError mid-run.
@@ -182,10 +230,10 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str] | None = None
             "E2B_API_KEY is not set: export your E2B key, "
             "or pass --offline to train against the local emulator"
         )
-    completion = ns.max_completion_length or (TINY_COMPLETION[ns.mode] if ns.tiny else 256)
+    completion = ns.max_completion_length or (TINY_COMPLETION[ns.mode or "reward"] if ns.tiny else 256)
     learning_rate = ns.learning_rate if ns.learning_rate is not None else (1e-3 if ns.tiny else 5e-6)
     return TrainSettings(
-        mode=ns.mode,
+        mode=ns.mode or "reward",
         model=ns.model,
         tiny=bool(ns.tiny),
         baseline_only=bool(ns.baseline_only),
@@ -203,6 +251,12 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str] | None = None
         prompts_per_step=2,
         log_completions=bool(ns.log_completions),
         on_infrastructure=ns.on_infrastructure,
+        reward_subject=ns.reward_subject,
+        episode_subject=ns.episode_subject,
+        validate_first=bool(ns.validate_first),
+        unvalidated=ns.unvalidated,
+        completion_given=ns.max_completion_length is not None,
+        mode_given=ns.mode is not None,
     )
 
 
@@ -225,9 +279,34 @@ def main(argv: list[str] | None = None) -> int:
         # Before the emulator, the preflight and the model: a GPU run on a CPU box fails at once.
         print(f"{PROG}: error: no CUDA GPU is visible; pass --cpu for a (slow) CPU run", file=sys.stderr)
         return 2
+    from pytest_e2b_env.cli.train_project import gate, read_project
+    from pytest_e2b_env.training.gate import GateRefused
+
+    named = {"reward": settings.reward_subject, "episode": settings.episode_subject}
+    try:
+        kind, project = read_project(settings.mode if settings.mode_given else None, named)
+        settings = settings.for_mode(kind)
+        if settings.log_completions and kind == "episode":
+            raise ConfigError(f"--log-completions works with --mode reward only; the project trains {kind}")
+        validated_by = gate(project, settings.validate_first, settings.unvalidated) if project else None
+        if project is None and (settings.validate_first or settings.unvalidated is not None):
+            given = "--validate-first" if settings.validate_first else "--unvalidated"
+            print(
+                f"{PROG}: note: {given} ignored: the config names no subject or tasks of yours, so the "
+                "bundled reference code trains (it is validated with the package)",
+                file=sys.stderr,
+            )
+    except GateRefused as exc:
+        print(f"{PROG}: refused: {exc}", file=sys.stderr)
+        return 2
+    except ConfigError as exc:  # a bad ini value or task row, a subject that does not import
+        from pytest_e2b_env.evidence.redaction import redact
+
+        print(f"{PROG}: error: {redact(str(exc))}", file=sys.stderr)
+        return 2
     from pytest_e2b_env.training.run import run
 
-    return run(settings)
+    return run(settings, project, validated_by)
 
 
 def _cuda_available() -> bool:

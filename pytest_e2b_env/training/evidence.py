@@ -44,13 +44,26 @@ def sandbox_summary(ledger: list[dict[str, Any]], alive: list[str]) -> dict[str,
         for sandbox_id, entry in created_entries(ledger).items()
     }
     ops: dict[str, int] = {}
+    born = {sid: entry.get("t") for sid, entry in created_entries(ledger).items()}
+    ended: dict[str, Any] = {}
+    failed = 0
     for entry in ledger:
         op = str(entry.get("op"))
         ops[op] = ops.get(op, 0) + 1
         sandbox_id = entry.get("sandbox_id")
-        ok = isinstance(entry.get("status"), int) and entry["status"] < 400
+        status = entry.get("status")
+        ok = isinstance(status, int) and status < 400
+        failed += isinstance(status, int) and status >= 500
+        if sandbox_id in created:
+            ended[sandbox_id] = entry.get("t")  # the last operation seen, the kill when it was killed
         if op == "kill" and ok and sandbox_id in created:
             created[sandbox_id]["confirmed_absent_at"] = _iso(entry.get("t"))
+    # Sandbox seconds: creation to the last operation seen (its kill), what a sandbox provider bills.
+    seconds = sum(
+        float(ended[sid]) - float(t)
+        for sid, t in born.items()
+        if isinstance(t, int | float) and isinstance(ended.get(sid), int | float)
+    )
     for sandbox_id, rec in created.items():
         if sandbox_id in alive:
             rec["confirmed_absent_at"] = None
@@ -61,6 +74,9 @@ def sandbox_summary(ledger: list[dict[str, Any]], alive: list[str]) -> dict[str,
     return {
         "created": len(created),
         "ops": ops,
+        "sandbox_seconds": round(seconds, 3),
+        #: operations the backend answered with a server error (5xx): infrastructure failures
+        "infrastructure_errors": failed,
         "alive_at_end": list(alive),
         "records": list(created.values()),
     }
@@ -224,6 +240,8 @@ def write_bundle(
         "isolation": doc["target"].get("isolation"),
         "live_endpoint": None if doc["target"].get("offline") else doc["target"].get("api_url"),
         "status": doc["status"],
+        # which passing validation of the same code and tasks the run relied on (docs/training.md)
+        "validated_by": doc.get("validated_by"),
     }
     writer = BundleWriter(root, record.run_id, manifest, secrets=secrets)
     for case in training_cases(doc, sandboxes):

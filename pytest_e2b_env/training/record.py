@@ -119,6 +119,10 @@ class RunRecord:
     weights: dict[str, Any] | None = None
     cleanup: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    #: the user's project (subject, tasks, config) when it trains their code, else None
+    project: dict[str, Any] | None = None
+    #: the passing validation the gate found (run id, bundle, digests), or the recorded override
+    validated_by: dict[str, Any] | None = None
 
     def fail(self, exc: BaseException) -> None:
         """Record the first error of the run (type, message and the phase it happened in)."""
@@ -139,6 +143,8 @@ class RunRecord:
             "mode": self.mode,
             "run_id": self.run_id,
             "settings": self.settings,
+            "project": self.project,
+            "validated_by": self.validated_by,
             "target": self.target,
             "versions": self.versions,
             "model": self.model,

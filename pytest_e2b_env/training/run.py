@@ -23,6 +23,7 @@ from typing import Any
 from pytest_e2b_env.environ import scoped_environ
 from pytest_e2b_env.settings import TargetSettings, env_api_key
 from pytest_e2b_env.targets import Target, open_target
+from pytest_e2b_env.training.project import Project
 from pytest_e2b_env.training.record import RunRecord
 from pytest_e2b_env.training.settings import PROG, TrainSettings
 from pytest_e2b_env.training.timing import StageClock
@@ -59,9 +60,15 @@ def _new_run_id() -> str:
     return f"train-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}"
 
 
-def _make_subject(settings: TrainSettings, target: Target, clock: StageClock) -> Any:
+def _make_subject(settings: TrainSettings, target: Target, clock: StageClock, project: Project | None) -> Any:
     from pytest_e2b_env.training.subjects import EpisodeSubject, RewardSubject
 
+    if project is not None:
+        from pytest_e2b_env.training.user_episode import UserEpisodeSubject
+        from pytest_e2b_env.training.user_reward import UserRewardSubject
+
+        user = UserEpisodeSubject if settings.mode == "episode" else UserRewardSubject
+        return user(settings, target, clock, project)
     if settings.mode == "episode":
         return EpisodeSubject(settings, target, clock)
     return RewardSubject(settings, target, clock)
@@ -84,9 +91,16 @@ def _tiny_model(settings: TrainSettings, subject: Any, record: RunRecord, say: C
     return str(out)
 
 
-def _finish(record: RunRecord, subject: Any, target: Target | None, say: Progress) -> None:
+def _finish(
+    record: RunRecord, subject: Any, target: Target | None, say: Progress, user: bool = False
+) -> None:
     """Close everything; every failure here is a cleanup failure of the run."""
     from pytest_e2b_env.training.subjects import check_no_leaks
+    from pytest_e2b_env.training.user import check_created_gone
+
+    # The reference code tags its sandboxes with the run id; a user's code need not, so for it every
+    # sandbox the target saw created must be gone.
+    leak_check = check_created_gone if user else check_no_leaks
 
     record.phase = "cleanup"
     cleanup: dict[str, Any] = {"closed": None, "leaked": [], "errors": []}
@@ -105,7 +119,7 @@ def _finish(record: RunRecord, subject: Any, target: Target | None, say: Progres
             record.subject = subject.metrics()  # after close: final worker and cleanup counts
     if target is not None:
         try:
-            cleanup.update(check_no_leaks(target))
+            cleanup.update(leak_check(target))
         except Exception as exc:
             cleanup["leaked"] = list(getattr(exc, "ids", ()))
             cleanup["errors"].append(f"{type(exc).__name__}: {exc}")
@@ -126,7 +140,10 @@ def _stop_target(record: RunRecord, target: Target, say: Progress) -> tuple[Any,
         alive_now = target.alive_ids()
         alive = [sid for sid in target.created_ids() if sid in alive_now]  # live: not the whole team
         sandboxes = sandbox_summary(ledger, alive)
-        record.target["sandboxes"] = {k: sandboxes[k] for k in ("created", "ops", "alive_at_end")}
+        record.target["sandboxes"] = {
+            k: sandboxes[k]
+            for k in ("created", "ops", "sandbox_seconds", "infrastructure_errors", "alive_at_end")
+        }
     except Exception as exc:
         record.warnings.append(f"could not read the target's ledger: {type(exc).__name__}: {exc}")
     try:
@@ -160,8 +177,14 @@ def _write_outputs(
         say(f"evidence bundle FAILED: {type(exc).__name__}: {exc}")
 
 
-def run(settings: TrainSettings) -> int:
-    """Run one training job end to end; return the exit code (0 only if all of it, cleanup too, passed)."""
+def run(
+    settings: TrainSettings, project: Project | None = None, validated_by: dict[str, Any] | None = None
+) -> int:
+    """Run one training job end to end; return the exit code (0 only if all of it, cleanup too, passed).
+
+    ``project``: the user's subject and tasks (None: the bundled reference code on its fixtures);
+    ``validated_by``: the validation the gate accepted (or the recorded override), for ``metrics.json``.
+    """
     from pytest_e2b_env.evidence.runinfo import package_versions, platform_info
 
     for key, value in OFFLINE_ENV.items():
@@ -171,6 +194,8 @@ def run(settings: TrainSettings) -> int:
     record = RunRecord(mode=settings.mode, settings=settings.as_dict(), run_id=run_id)
     record.versions = {**package_versions(), "python": platform_info()["python"]}
     record.model = {"source": settings.model_label}
+    record.project = project.as_dict() if project is not None else None
+    record.validated_by = validated_by
     clock = StageClock()
     subject = target = None
     secrets = [v for v in (env_api_key(),) if v]
@@ -193,7 +218,7 @@ def run(settings: TrainSettings) -> int:
         with scoped_environ(sdk_env):
             try:
                 record.phase = "subject"
-                subject = _make_subject(settings, target, clock)
+                subject = _make_subject(settings, target, clock, project)
                 record.phase = "preflight"
                 record.preflight = subject.preflight(say)
                 from pytest_e2b_env.training.grpo import run_grpo
@@ -213,7 +238,7 @@ def run(settings: TrainSettings) -> int:
                 if not isinstance(exc, Exception):
                     raise
             finally:
-                _finish(record, subject, target, say)
+                _finish(record, subject, target, say, user=project is not None)
     except BaseException as exc:
         record.fail(exc)
         if not isinstance(exc, Exception | KeyboardInterrupt):

@@ -6,7 +6,7 @@ in well under a second, before torch, transformers or trl are imported.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 PROG = "train.py"
@@ -38,6 +38,26 @@ class TrainSettings:
     log_completions: bool = False
     #: ``mask``: a completion the infrastructure lost is TRL's unscorable ``None`` within the budget.
     on_infrastructure: str = "mask"
+    #: subjects named on the command line (override the project's ini keys)
+    reward_subject: str | None = None
+    episode_subject: str | None = None
+    #: run the catalog on exactly what would train first, and train only if it passed
+    validate_first: bool = False
+    #: train without a passing validation; the reason is recorded in metrics.json
+    unvalidated: str | None = None
+    #: --max-completion-length was given (else the mode's default applies)
+    completion_given: bool = False
+    #: --mode was given (else the project's config decides: the episode when it sets only that subject)
+    mode_given: bool = False
+
+    def for_mode(self, mode: str) -> TrainSettings:
+        """These settings for ``mode`` (decided by the project's config when no --mode was given)."""
+        if mode == self.mode:
+            return self
+        completion = self.max_completion_length
+        if self.tiny and not self.completion_given:
+            completion = TINY_COMPLETION[mode]
+        return replace(self, mode=mode, max_completion_length=completion)
 
     @property
     def model_label(self) -> str:

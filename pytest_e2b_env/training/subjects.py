@@ -143,7 +143,7 @@ def _episode_row(task_id: str) -> dict[str, Any]:
     return {"prompt": [{"role": "user", "content": ""}], "task": row["task"]}
 
 
-def _essential(commands: list[str], task: dict[str, Any]) -> list[str]:
+def essential_commands(commands: list[str], task: dict[str, Any]) -> list[str]:
     """The commands of a scripted repair that change files (inspection and test runs dropped).
 
     The tiny model learns to type these exactly; the fewer tokens, the more reliably it does.
@@ -238,7 +238,10 @@ class EpisodeSubject:
         for task_id in self.train_ids:
             row = _episode_row(task_id)
             task = json.loads(row["task"])
-            for label, commands in (("repair", _essential(load_repair(task_id), task)), ("buggy", [])):
+            for label, commands in (
+                ("repair", essential_commands(load_repair(task_id), task)),
+                ("buggy", []),
+            ):
                 env = self.env_cls()
                 observation = env.reset(**row)
                 calls = [("terminal", {"command": c}, env.terminal(command=c)) for c in commands]

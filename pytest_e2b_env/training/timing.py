@@ -67,16 +67,43 @@ def timed(func: Callable[..., Any], clock: StageClock) -> Callable[..., Any]:
     return wrapper
 
 
-def timed_env_class(cls: type, clock: StageClock, instances: list[Any]) -> type:
+def _checked(func: Callable[..., Any], check: Callable[[str, Any], None]) -> Callable[..., Any]:
+    """``func`` whose every result is shown to ``check`` (which may raise) before it is returned."""
+    if inspect.iscoroutinefunction(func):
+
+        @functools.wraps(func)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            result = await func(*args, **kwargs)
+            check(func.__name__, result)
+            return result
+
+        return async_wrapper
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        result = func(*args, **kwargs)
+        check(func.__name__, result)
+        return result
+
+    return wrapper
+
+
+def timed_env_class(
+    cls: type,
+    clock: StageClock,
+    instances: list[Any],
+    on_result: Callable[[str, Any], None] | None = None,
+) -> type:
     """A subclass of ``cls`` that times ``reset``, ``get_reward`` and every tool, and keeps its instances.
 
     The subclass has the same ``__name__`` (TRL names the reward column after it) and exposes
-    exactly the public methods of ``cls`` (TRL turns those into tools).
+    exactly the public methods of ``cls`` (TRL turns those into tools). ``on_result(name, value)``
+    sees what each of them returned (the masking budget reads ``get_reward``'s ``None``).
     """
     namespace: dict[str, Any] = {"__doc__": cls.__doc__, "__module__": cls.__module__}
     for name, member in inspect.getmembers(cls, predicate=inspect.isfunction):
         if not name.startswith("_"):
-            namespace[name] = timed(member, clock)
+            namespace[name] = timed(_checked(member, on_result) if on_result else member, clock)
     original_init: Callable[..., None] = cls.__init__  # type: ignore[misc]  # a plain class, not a protocol
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:

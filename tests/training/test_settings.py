@@ -65,6 +65,33 @@ def test_log_completions_is_refused_in_episode_mode(capsys: pytest.CaptureFixtur
     assert "--log-completions works with --mode reward only" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--reward-subject", "rewards.py"], "argument --reward-subject: 'rewards.py' is not 'module:attr'"),
+        (["--episode-subject", "Env"], "argument --episode-subject: 'Env' is not 'module:attr'"),
+        (["--unvalidated", " "], "argument --unvalidated: the reason is blank"),
+        (["--validate-first", "--unvalidated", "x"], "not allowed with argument --validate-first"),
+    ],
+)
+def test_bad_project_flags_are_parser_errors(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A malformed subject, a blank override reason, or both gate flags: exit 2 naming the flag."""
+    assert main(["--tiny", "--offline", *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_episode_subject_alone_means_episode_mode() -> None:
+    """--episode-subject without --mode trains the episode; --mode still wins."""
+    settings = parse_settings(["--tiny", "--offline", "--episode-subject", "env:Repair"], environ={})
+    assert (settings.mode, settings.mode_given, settings.episode_subject) == ("episode", True, "env:Repair")
+    settings = parse_settings(
+        ["--tiny", "--offline", "--mode", "reward", "--episode-subject", "a:B"], environ={}
+    )
+    assert settings.mode == "reward"
+
+
 @pytest.mark.full
 def test_gpu_run_without_a_gpu_fails_at_once(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """Without --cpu on a machine with no CUDA GPU, train.py exits 2 naming --cpu, before any work."""
