@@ -173,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     project = parser.add_argument_group(
-        "your project (the pytest config validate reads; docs/training.md, 'Train what you validated')"
+        "your project (the pytest config validate reads; see 'pytest-e2b-env docs training')"
     )
     project.add_argument(
         "--reward-subject", default=None, metavar="MODULE:FACTORY", help="reward code (overrides the ini key)"
