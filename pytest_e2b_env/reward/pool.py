@@ -53,6 +53,8 @@ from pytest_e2b_env.settings import DEFAULT_CREATE_INTERVAL, env_run_id
 
 log = logging.getLogger("pytest_e2b_env.reward")
 _POISON = "poison"  # queued when a background creation failed: every waiter raises the pool's failure
+#: Seconds before each further kill of a worker whose kill failed (a transient 5xx passes).
+KILL_RETRIES = (0.25, 1.0)
 #: The most candidates one command hands a worker (a TRL batch is split over the workers first).
 MAX_PART = 16
 
@@ -345,7 +347,7 @@ class RewardPool:
             return  # never created anything
         owned = list(self._owned.values())
         self._closing = f"killing {len(owned)} worker(s)"
-        await asyncio.gather(*(self._discard(w) for w in owned))
+        await asyncio.gather(*(self._discard(w, confirm=False) for w in owned))
         self._closing = "sweeping the run's workers by metadata"
         try:
             remaining = await self._client.sweep()
@@ -672,14 +674,32 @@ class RewardPool:
         self._counters.preflight_seconds.append(time.monotonic() - started)
         worker.preflight = check_preflight(worker.sandbox_id, answer, self.limits)
 
-    async def _discard(self, worker: Worker) -> None:
-        """Kill one worker; a failed kill keeps it owned (close retries, then reports it)."""
-        try:
-            await self._client.kill(worker.sandbox_id)
-        except Exception as exc:
-            self.kill_failures[worker.sandbox_id] = describe(exc)
-            worker.lost = True
-            return
+    async def _discard(self, worker: Worker, *, confirm: bool = True) -> None:
+        """Kill one worker, retrying a failed kill (:data:`KILL_RETRIES`).
+
+        A worker dropped mid-call (``confirm``) must be confirmed gone before the call returns a
+        score: one that may still run (its kill failed every time) raises :class:`CleanupError`
+        naming it, and the pool is poisoned. At close (``confirm=False``) a failed kill keeps it
+        owned: the sweep tries again, then ``close`` reports it.
+        """
+        for delay in (*KILL_RETRIES, None):
+            try:
+                await self._client.kill(worker.sandbox_id)
+                break
+            except Exception as exc:
+                self.kill_failures[worker.sandbox_id] = describe(exc)
+                if delay is not None:
+                    await asyncio.sleep(delay)
+                    continue
+                worker.lost = True
+                if confirm:
+                    raise CleanupError(
+                        f"reward pool run {self.run_id}: a worker dropped mid-evaluation could not be "
+                        f"confirmed gone ({describe(exc)}); no score while it may still run",
+                        ids=[worker.sandbox_id],
+                    ) from exc
+                return
+        self.kill_failures.pop(worker.sandbox_id, None)
         if self._owned.pop(worker.sandbox_id, None) is not None:
             self._counters.killed += 1
             self._counters.closed_worker_seconds += time.monotonic() - worker.created_mono
