@@ -25,8 +25,10 @@ def fault_order(schedule: Schedule) -> list[int]:
     hands out follow this list, so each fired rule in the ledger names its step.
     """
     now = [i for i, s in enumerate(schedule.steps) if s.sandbox is None]
-    later = sorted((i for i, s in enumerate(schedule.steps) if s.sandbox is not None),
-                   key=lambda i: schedule.steps[i].sandbox or 0)
+    later = sorted(
+        (i for i, s in enumerate(schedule.steps) if s.sandbox is not None),
+        key=lambda i: schedule.steps[i].sandbox or 0,
+    )
     return now + later
 
 

@@ -88,7 +88,10 @@ def unconfirmed_kills(record: CaseRecord) -> list[dict[str, Any]]:
             continue
         end = float(owner["t"] or 0) + float(owner["seconds"] or 0)
         confirmed = any(
-            e.get("sandbox_id") == sid and e["seq"] > kill["seq"] and float(e.get("t") or 0) <= end and _settled(e)
+            e.get("sandbox_id") == sid
+            and e["seq"] > kill["seq"]
+            and float(e.get("t") or 0) <= end
+            and _settled(e)
             for e in ops
         )
         if not confirmed:
@@ -101,6 +104,29 @@ def unconfirmed_kills(record: CaseRecord) -> list[dict[str, Any]]:
                 }
             )
     return found
+
+
+def _leaked(actual: Any) -> list[str]:
+    if isinstance(actual, dict):
+        return [str(x) for x in actual.get("leaked") or []]
+    return [str(x) for x in actual or []]
+
+
+def unreported_leaks(record: CaseRecord, leaked: list[str]) -> list[str]:
+    """Leaked sandboxes the subject did not report: a kill of one that a fault failed, followed by a
+    call that raised, is the cleanup-failure shape the catalog accepts (the sweep then owns it)."""
+    ops = _ops(record)
+    raised_at = [
+        float(c["t"] or 0) + float(c["seconds"] or 0)
+        for c in record.trajectory
+        if c.get("kind") == "call" and c.get("returned") is False
+    ]
+    reported = set()
+    for kill in ops:
+        faulted = kill.get("route") == KILL_ROUTE and kill.get("fault")
+        if faulted and any(end >= float(kill.get("t") or 0) for end in raised_at):
+            reported.add(str(kill.get("sandbox_id")))
+    return [sid for sid in leaked if sid not in reported]
 
 
 def fault_landed(record: CaseRecord) -> bool:
@@ -117,10 +143,14 @@ def breaks(record: CaseRecord) -> list[Break]:
         name = str(criterion.get("id"))
         if criterion.get("passed") or criterion.get("relaxed") or name not in CRITERIA:
             continue
-        invariant = CRITERIA[name]
+        invariant, actual = CRITERIA[name], criterion.get("actual")
         if name == "score_mask_or_raise" and not fault_landed(record):
             invariant = SCORES
-        found.append(Break(invariant, criterion.get("actual")))
+        if name == "no-leak":
+            actual = unreported_leaks(record, _leaked(actual))
+            if not actual:
+                continue
+        found.append(Break(invariant, actual))
     kills = unconfirmed_kills(record)
     if kills:
         found.append(Break(KILL_CONFIRMED, kills))

@@ -97,18 +97,19 @@ class Attempt:
         }
 
 
-def _landings(schedule: Schedule, added: list[tuple[dict[str, Any], str]], record: CaseRecord) -> list[Landing]:
+def _landings(
+    schedule: Schedule, added: list[tuple[dict[str, Any], str]], record: CaseRecord
+) -> list[Landing]:
     rules = [rule for kwargs, rule in added if kwargs.get("answer") != WATCH]
     fired: dict[str, int] = {}
     for event in record.trajectory:
         label = str(event.get("fault") or "") if event.get("kind") == "sandbox_op" else ""
         if label:
-            rule = label.partition(":")[0]
-            fired[rule] = fired.get(rule, 0) + 1
+            fired[label.partition(":")[0]] = fired.get(label.partition(":")[0], 0) + 1
     out = []
     for position, index in enumerate(fault_order(schedule)):
         rule = rules[position] if position < len(rules) else None  # a sandbox that never came
-        count = fired.get(rule, 0) if rule is not None else 0
+        count = fired.get(rule or "", 0)
         step = schedule.steps[index]
         out.append(Landing(index, rule, count, step.retried_by_sdk() and 0 < count <= SDK_RETRIES))
     return sorted(out, key=lambda x: x.step)

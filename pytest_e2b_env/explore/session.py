@@ -48,7 +48,8 @@ class ExploreSession:
         """One schedule's :class:`~pytest_e2b_env.explore.run.Attempt`."""
         from pytest_e2b_env.explore.run import run_schedule
 
-        assert self.host is not None and self.target is not None, "use ExploreSession as a context manager"
+        if self.host is None or self.target is None:
+            raise RuntimeError("use ExploreSession as a context manager: the host and target are not open")
         return run_schedule(schedule, self.host, self.target)
 
     def __exit__(self, *exc: object) -> None:

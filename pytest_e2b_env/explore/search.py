@@ -1,0 +1,210 @@
+"""The search: Hypothesis draws schedules, each runs in the case host, a break is shrunk.
+
+Hypothesis drives generation (seeded), keeps failures in its example database (tried first on the
+next run) and shrinks a failure; a wall-clock budget stops it (schedules drawn past the budget are
+rejected at once). Real subjects race, so a replay may not break again: every schedule that did
+break is kept here, the smallest is taken, and a last pass removes each remaining step (and makes
+each program correct) while the break still reproduces, so the schedule reported is one where
+every step is needed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from pytest_e2b_env.explore.run import Attempt
+from pytest_e2b_env.explore.schedule import ROUTES, Schedule
+
+#: ledger op -> the route name a step aims at
+OP_ROUTES = {
+    "create": "create",
+    "kill": "kill",
+    "run": "run",
+    "file_write": "write",
+    "set_timeout": "set_timeout",
+    "run_code": "run_code",
+}
+
+
+class _Broken(Exception):
+    """A schedule broke an invariant (Hypothesis shrinks what raises this)."""
+
+
+@dataclass
+class Coverage:
+    """What the search ran, and which fault kinds at which positions landed."""
+
+    schedules: int = 0
+    explored: int = 0
+    unlanded: int = 0
+    harness: int = 0
+    seconds: float = 0.0
+    landed: Counter[str] = field(default_factory=Counter)
+
+    def add(self, attempt: Attempt) -> None:
+        """Count one run."""
+        self.schedules += 1
+        self.seconds += attempt.seconds
+        if attempt.harness:
+            self.harness += 1
+        elif attempt.explored:
+            self.explored += 1
+        else:
+            self.unlanded += 1
+        for landing in attempt.landings:
+            if landing.landed:
+                step = attempt.schedule.steps[landing.step]
+                where = "sandbox" if step.sandbox else "completion" if step.completion else "call"
+                self.landed[f"{step.kind}@{step.route}/{where}"] += 1
+
+    def line(self) -> str:
+        """The coverage line the command prints."""
+        per = self.seconds / self.schedules if self.schedules else 0.0
+        kinds = ", ".join(f"{k} x{n}" for k, n in sorted(self.landed.items())) or "none"
+        return (
+            f"coverage: {self.schedules} schedules run ({self.explored} explored, "
+            f"{self.unlanded} with a fault that never landed, not counted, {self.harness} harness errors); "
+            f"{len(self.landed)} fault kind x position pairs landed: {kinds}; {per:.2f} s per schedule"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The coverage as data."""
+        return {
+            "schedules": self.schedules,
+            "explored": self.explored,
+            "unlanded": self.unlanded,
+            "harness_errors": self.harness,
+            "seconds_per_schedule": round(self.seconds / self.schedules, 3) if self.schedules else None,
+            "landed": dict(sorted(self.landed.items())),
+        }
+
+
+@dataclass
+class Outcome:
+    """The search's result: the shrunk failing attempt (None: nothing broke) and the coverage."""
+
+    finding: Attempt | None
+    coverage: Coverage
+    first_found_after: float | None = None
+    seconds: float = 0.0
+    shrink_runs: int = 0
+
+
+def routes_used(attempt: Attempt) -> list[str]:
+    """The route names the subject used in a clean run (the only ones a fault can land on)."""
+    ops = {str(e.get("op")) for e in attempt.record.trajectory if e.get("kind") == "sandbox_op"}
+    return [name for op, name in OP_ROUTES.items() if op in ops and name in ROUTES]
+
+
+def database_dir(root: Path, spec: str) -> Path:
+    """Hypothesis' example database of one subject (failures are tried first next time)."""
+    return root / hashlib.sha256(spec.encode()).hexdigest()[:16]
+
+
+def search(
+    run: Callable[[Schedule], Attempt],
+    routes: list[str],
+    *,
+    budget: float,
+    seed: int,
+    database: Path | None,
+    max_completions: int = 3,
+    max_steps: int = 3,
+    on_attempt: Callable[[Attempt], None] | None = None,
+) -> Outcome:
+    """Search for ``budget`` seconds (shrinking may take as long again); never raises for the subject."""
+    from hypothesis import HealthCheck, Verbosity, assume, given, settings
+    from hypothesis import seed as seeded
+    from hypothesis import target as aim
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    from pytest_e2b_env.explore.strategies import schedules
+
+    started = time.monotonic()
+    stop_generating, stop_shrinking = started + budget, started + 2 * budget
+    coverage = Coverage()
+    broken: list[Attempt] = []
+    found_at: list[float] = []
+
+    def attempt(schedule: Schedule) -> Attempt:
+        result = run(schedule)
+        coverage.add(result)
+        if on_attempt is not None:
+            on_attempt(result)
+        return result
+
+    @settings(
+        max_examples=max(50, int(budget * 2)),
+        deadline=None,
+        database=DirectoryBasedExampleDatabase(str(database)) if database is not None else None,
+        suppress_health_check=list(HealthCheck),
+        verbosity=Verbosity.quiet,
+        report_multiple_bugs=False,
+    )
+    @seeded(seed)
+    @given(schedules(routes, max_completions=max_completions, max_steps=max_steps))
+    def probe(schedule: Schedule) -> None:
+        now = time.monotonic()
+        assume(now < (stop_shrinking if broken else stop_generating))
+        result = attempt(schedule)
+        aim(float(sum(x.landed for x in result.landings)), label="faults landed")
+        if result.broken:
+            if not broken:
+                found_at.append(now - started + result.seconds)
+            broken.append(result)
+            raise _Broken(schedule.words())
+
+    try:
+        probe()
+    except KeyboardInterrupt:
+        raise
+    except Exception:  # a break, a flaky replay or an unsatisfiable run: all judged below
+        pass
+    outcome = Outcome(None, coverage, found_at[0] if found_at else None)
+    if broken:
+        smallest = min(broken, key=lambda a: a.schedule.size())
+        outcome.finding, outcome.shrink_runs = minimise(smallest, attempt, stop_shrinking)
+    outcome.seconds = time.monotonic() - started
+    return outcome
+
+
+def _simpler(schedule: Schedule) -> list[Schedule]:
+    """Each schedule one step smaller: a step removed, a completion dropped, a program made correct."""
+    out = [
+        replace(schedule, steps=schedule.steps[:i] + schedule.steps[i + 1 :])
+        for i in range(len(schedule.steps))
+    ]
+    last = len(schedule.behaviours)
+    if last > 1 and all((s.completion or 0) < last for s in schedule.steps):
+        out.append(replace(schedule, behaviours=schedule.behaviours[:-1]))
+    for i, behaviour in enumerate(schedule.behaviours):
+        if behaviour != "correct":
+            out.append(
+                replace(
+                    schedule, behaviours=(*schedule.behaviours[:i], "correct", *schedule.behaviours[i + 1 :])
+                )
+            )
+    return out
+
+
+def minimise(found: Attempt, attempt: Callable[[Schedule], Attempt], deadline: float) -> tuple[Attempt, int]:
+    """Remove what the break does not need, one piece at a time, while it still reproduces."""
+    best, runs = found, 0
+    improved = True
+    while improved and time.monotonic() < deadline:
+        improved = False
+        for candidate in _simpler(best.schedule):
+            if time.monotonic() >= deadline:
+                break
+            runs += 1
+            result = attempt(candidate)
+            if result.broken:
+                best, improved = result, True
+                break
+    return best, runs
