@@ -58,8 +58,13 @@ def _ops(record: CaseRecord) -> list[dict[str, Any]]:
 
 
 def _settled(entry: dict[str, Any]) -> bool:
-    """A kill or lookup whose own answer says the sandbox is gone (no fault answered it)."""
-    if entry.get("fault"):
+    """A kill or lookup the server carried out, with the sandbox gone.
+
+    A fault that answered in the server's place (a status, a failed kill) settles nothing; a lost
+    answer or a delay still lets the server act, and the ledger shows what it did.
+    """
+    fault = str(entry.get("fault") or "")
+    if "status" in fault or "kill_fails" in fault:
         return False
     status = int(entry.get("status") or 0)
     if entry.get("route") == KILL_ROUTE:

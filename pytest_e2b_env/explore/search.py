@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_e2b_env.explore.run import Attempt
-from pytest_e2b_env.explore.schedule import ROUTES, Schedule
+from pytest_e2b_env.explore.schedule import ROUTES, FaultStep, Schedule
 
 #: ledger op -> the route name a step aims at
 OP_ROUTES = {
@@ -96,10 +96,10 @@ class Outcome:
     shrink_runs: int = 0
 
 
-def routes_used(attempt: Attempt) -> list[str]:
-    """The route names the subject used in a clean run (the only ones a fault can land on)."""
-    ops = {str(e.get("op")) for e in attempt.record.trajectory if e.get("kind") == "sandbox_op"}
-    return [name for op, name in OP_ROUTES.items() if op in ops and name in ROUTES]
+def routes_used(attempt: Attempt) -> dict[str, int]:
+    """Route name -> how many calls a clean run made (the only routes a fault can land on)."""
+    ops = Counter(str(e.get("op")) for e in attempt.record.trajectory if e.get("kind") == "sandbox_op")
+    return {name: ops[op] for op, name in OP_ROUTES.items() if ops[op] and name in ROUTES}
 
 
 def database_dir(root: Path, spec: str) -> Path:
@@ -109,7 +109,7 @@ def database_dir(root: Path, spec: str) -> Path:
 
 def search(
     run: Callable[[Schedule], Attempt],
-    routes: list[str],
+    routes: dict[str, int],
     *,
     budget: float,
     seed: int,
@@ -121,13 +121,17 @@ def search(
     """Search for ``budget`` seconds (shrinking may take as long again); never raises for the subject."""
     from hypothesis import HealthCheck, Verbosity, assume, given, settings
     from hypothesis import seed as seeded
-    from hypothesis import target as aim
+    from hypothesis import strategies as st
     from hypothesis.database import DirectoryBasedExampleDatabase
 
-    from pytest_e2b_env.explore.strategies import schedules
+    from pytest_e2b_env.explore.aim import last_fault_seq, positions_after
+    from pytest_e2b_env.explore.strategies import batches, free_step, kinds_for
 
     started = time.monotonic()
-    stop_generating, stop_shrinking = started + budget, started + 2 * budget
+    # Hypothesis shrinks for at most half the budget past the first break; the last pass then
+    # gets at least as long again (both bounded: the whole search ends within twice its budget).
+    stop_generating = started + budget
+    stop_shrinking = [started + budget * 1.5]
     coverage = Coverage()
     broken: list[Attempt] = []
     found_at: list[float] = []
@@ -139,6 +143,26 @@ def search(
             on_attempt(result)
         return result
 
+    clean: dict[tuple[str, ...], Attempt] = {}
+
+    def step_after(data: Any, previous: Attempt) -> FaultStep | None:
+        """The next step: aimed at a call the previous run made after its last fault, or drawn free."""
+        seq = last_fault_seq(previous)
+        if seq is None:
+            return None  # the last step never fired: nothing after it to aim at
+        places = positions_after(previous, seq + 1 if previous.schedule.steps else 0)
+        places = [p for p in places if any(route == p.route for _, route in kinds_for(routes))]
+        if not places or data.draw(st.integers(0, 3), label="free step") == 3:
+            return data.draw(free_step(routes, len(previous.schedule.behaviours)), label="free")
+        place = data.draw(st.sampled_from(places), label="aimed at")
+        kind = data.draw(st.sampled_from([k for k, route in kinds_for(routes) if route == place.route]))
+        times = data.draw(st.sampled_from((1, 2, 4)), label="times")
+        if place.sandbox is not None and data.draw(st.booleans(), label="pinned"):
+            return FaultStep(
+                kind, place.route, nth=place.nth_on_sandbox or 1, times=times, sandbox=place.sandbox
+            )
+        return FaultStep(kind, place.route, nth=place.nth, times=times)
+
     @settings(
         max_examples=max(50, int(budget * 2)),
         deadline=None,
@@ -148,17 +172,31 @@ def search(
         report_multiple_bugs=False,
     )
     @seeded(seed)
-    @given(schedules(routes, max_completions=max_completions, max_steps=max_steps))
-    def probe(schedule: Schedule) -> None:
-        now = time.monotonic()
-        assume(now < (stop_shrinking if broken else stop_generating))
-        result = attempt(schedule)
-        aim(float(sum(x.landed for x in result.landings)), label="faults landed")
+    @given(st.data())
+    def probe(data: Any) -> None:
+        behaviours = tuple(data.draw(batches(max_completions), label="behaviours"))
+        count = data.draw(st.integers(1, max_steps), label="steps")
+        previous = clean.get(behaviours)
+        steps: list[FaultStep] = []
+        for _ in range(count):
+            assume(time.monotonic() < (stop_shrinking[0] if broken else stop_generating))
+            if previous is None:  # the batch's clean run: what the first step aims at (kept)
+                previous = clean[behaviours] = attempt(Schedule(behaviours))
+                check(previous)
+            step = step_after(data, previous)
+            if step is None:
+                return
+            steps.append(step)
+            previous = attempt(Schedule(behaviours, tuple(steps)))
+            check(previous)
+
+    def check(result: Attempt) -> None:
         if result.broken:
             if not broken:
-                found_at.append(now - started + result.seconds)
+                found_at.append(time.monotonic() - started)
+                stop_shrinking[0] = min(time.monotonic() + budget / 2, started + budget * 1.5)
             broken.append(result)
-            raise _Broken(schedule.words())
+            raise _Broken(result.schedule.words())
 
     try:
         probe()
@@ -169,17 +207,23 @@ def search(
     outcome = Outcome(None, coverage, found_at[0] if found_at else None)
     if broken:
         smallest = min(broken, key=lambda a: a.schedule.size())
-        outcome.finding, outcome.shrink_runs = minimise(smallest, attempt, stop_shrinking)
+        last = max(started + 2 * budget - time.monotonic(), budget / 2)
+        outcome.finding, outcome.shrink_runs = minimise(smallest, attempt, time.monotonic() + last)
     outcome.seconds = time.monotonic() - started
     return outcome
 
 
 def _simpler(schedule: Schedule) -> list[Schedule]:
-    """Each schedule one step smaller: a step removed, a completion dropped, a program made correct."""
+    """Each schedule one notch simpler: a step removed or made plainer (one repeat, the first call, no
+    sandbox pin), the last completion dropped, a program made correct."""
     out = [
         replace(schedule, steps=schedule.steps[:i] + schedule.steps[i + 1 :])
         for i in range(len(schedule.steps))
     ]
+    for i, step in enumerate(schedule.steps):
+        for simpler in (replace(step, times=1), replace(step, nth=1), replace(step, sandbox=None)):
+            if simpler != step:
+                out.append(replace(schedule, steps=(*schedule.steps[:i], simpler, *schedule.steps[i + 1 :])))
     last = len(schedule.behaviours)
     if last > 1 and all((s.completion or 0) < last for s in schedule.steps):
         out.append(replace(schedule, behaviours=schedule.behaviours[:-1]))

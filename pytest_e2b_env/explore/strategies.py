@@ -1,59 +1,63 @@
 """Hypothesis strategies over schedules: a batch of behaviours, then fault steps aimed into it.
 
-Steps are drawn only for the routes the subject was seen to use (a fault on a route it never
-calls cannot land), and every choice shrinks toward the simple end: fewer steps, the first call,
-one repeat, no pinning, correct programs.
+Steps are drawn only where they can land: on the routes a clean run of the subject used, at a call
+number that run reached (scaled by the batch size), on a sandbox number the batch can create. A
+schedule has at least one step (the clean run is the search's first probe). Every choice shrinks
+toward the simple end: fewer steps, the first call, one repeat, no pinning, correct programs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from hypothesis import strategies as st
 
 from pytest_e2b_env.explore.schedule import KINDS, FaultStep, Schedule
 
-#: behaviours as drawn: correct first (what shrinking tends to), a hanging program rarer (it costs
-#: the subject's whole deadline)
-DRAWN = ("correct", "wrong", "hostile", "correct", "wrong", "hanging")
-
-
+#: behaviours as drawn: correct first (what shrinking tends to); a hanging program rare (1 in 41),
+#: since it costs the subject's whole deadline (a fast schedule costs a fraction of a second)
+DRAWN = (*("correct", "wrong", "correct", "hostile") * 10, "hanging")
 #: routes whose request bodies carry a completion's program (an upload, a command, a cell)
 CARRIERS = ("write", "run", "run_code")
+#: how far past the clean run's count of a route a step may aim (a retry adds calls)
+MAX_NTH = 3
 
 
-def kinds_for(routes: Sequence[str]) -> list[tuple[str, str]]:
-    """Every (kind, route) pair aimed at one of ``routes``, in the catalog's kind order."""
+def kinds_for(routes: Mapping[str, int]) -> list[tuple[str, str]]:
+    """Every (kind, route) pair aimed at a route the subject used, in the catalog's kind order."""
     return [(kind, route) for kind, (_, aimed, _) in KINDS.items() for route in aimed if route in routes]
 
 
 @st.composite
-def schedules(
-    draw: Any, routes: Sequence[str], max_completions: int = 3, max_steps: int = 3, max_nth: int = 3
-) -> Schedule:
-    """A schedule over ``routes`` (route names of :data:`~pytest_e2b_env.explore.schedule.ROUTES`)."""
-    behaviours = draw(st.lists(st.sampled_from(DRAWN), min_size=1, max_size=max_completions))
-    pairs = kinds_for(routes)
-    if not pairs:
-        return Schedule(tuple(behaviours))
-    step = st.builds(
-        lambda pair, nth, times, where: FaultStep(
-            pair[0],
-            pair[1],
-            nth=nth,
-            times=times,
-            sandbox=where[1] if where[0] == "sandbox" else None,
-            completion=where[1] if where[0] == "completion" and pair[1] in CARRIERS else None,
-        ),
-        st.sampled_from(pairs),
-        st.integers(1, max_nth),
-        st.sampled_from((1, 2, 4)),
-        st.one_of(
-            st.just(("call", 0)),
-            st.tuples(st.just("sandbox"), st.integers(1, max_completions)),
-            st.tuples(st.just("completion"), st.integers(1, len(behaviours))),
-        ),
+def free_step(draw: Any, routes: Mapping[str, int], completions: int) -> FaultStep:
+    kind, route = draw(st.sampled_from(kinds_for(routes)))
+    reach = min(MAX_NTH, max(1, routes[route]) * completions)
+    where = draw(
+        st.sampled_from(("call", "sandbox", "completion") if route in CARRIERS else ("call", "sandbox"))
     )
-    steps = draw(st.lists(step, max_size=max_steps))
+    return FaultStep(
+        kind,
+        route,
+        nth=draw(st.integers(1, reach)),
+        times=draw(st.sampled_from((1, 2, 4))),
+        sandbox=draw(st.integers(1, completions + 1)) if where == "sandbox" else None,
+        completion=draw(st.integers(1, completions)) if where == "completion" else None,
+    )
+
+
+def batches(max_completions: int = 3) -> st.SearchStrategy[list[str]]:
+    """A batch of candidate behaviours, one per completion."""
+    return st.lists(st.sampled_from(DRAWN), min_size=1, max_size=max_completions)
+
+
+@st.composite
+def schedules(draw: Any, routes: Mapping[str, int], max_completions: int = 3, max_steps: int = 3) -> Schedule:
+    """A schedule over ``routes`` (route name -> calls a clean one-completion run made)."""
+    behaviours = draw(batches(max_completions))
+    if not kinds_for(routes) or max_steps < 1:
+        return Schedule(tuple(behaviours))
+    # As many schedules of two and three steps as of one: combinations are what this search is for.
+    count = draw(st.integers(1, max_steps))
+    steps = draw(st.lists(free_step(routes, len(behaviours)), min_size=count, max_size=count))
     return Schedule(tuple(behaviours), tuple(steps))
