@@ -46,7 +46,7 @@ KINDS: dict[str, tuple[dict[str, Any], tuple[str, ...], str]] = {
         ("create", "kill", "run", "write"),
         "a lost answer (the server acted)",
     ),
-    "delay": ({"delay": 3.0}, ("create", "run", "kill"), "a 3 s delay"),
+    "delay": ({"delay": 1.0}, ("create", "run", "kill"), "a 1 s delay"),
     "kill-fails": ({"kill_fails": True}, ("kill",), "a kill answering 500"),
 }
 

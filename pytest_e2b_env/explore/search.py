@@ -136,12 +136,20 @@ def search(
     broken: list[Attempt] = []
     found_at: list[float] = []
 
+    seen: dict[Schedule, Attempt] = {}
+
     def attempt(schedule: Schedule) -> Attempt:
         result = run(schedule)
         coverage.add(result)
         if on_attempt is not None:
             on_attempt(result)
+        seen.setdefault(schedule, result)
         return result
+
+    def once(schedule: Schedule) -> Attempt:
+        # Hypothesis draws the same prefixes again and again (and replays while it shrinks): a
+        # schedule already run is answered from its first run, which also keeps its verdict fixed.
+        return seen[schedule] if schedule in seen else attempt(schedule)
 
     clean: dict[tuple[str, ...], Attempt] = {}
 
@@ -181,13 +189,13 @@ def search(
         for _ in range(count):
             assume(time.monotonic() < (stop_shrinking[0] if broken else stop_generating))
             if previous is None:  # the batch's clean run: what the first step aims at (kept)
-                previous = clean[behaviours] = attempt(Schedule(behaviours))
+                previous = clean[behaviours] = once(Schedule(behaviours))
                 check(previous)
             step = step_after(data, previous)
             if step is None:
                 return
             steps.append(step)
-            previous = attempt(Schedule(behaviours, tuple(steps)))
+            previous = once(Schedule(behaviours, tuple(steps)))
             check(previous)
 
     def check(result: Attempt) -> None:
@@ -208,7 +216,7 @@ def search(
     if broken:
         smallest = min(broken, key=lambda a: a.schedule.size())
         last = max(started + 2 * budget - time.monotonic(), budget / 2)
-        outcome.finding, outcome.shrink_runs = minimise(smallest, attempt, time.monotonic() + last)
+        outcome.finding, outcome.shrink_runs = minimise(smallest, once, time.monotonic() + last)
     outcome.seconds = time.monotonic() - started
     return outcome
 
