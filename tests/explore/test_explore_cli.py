@@ -120,3 +120,17 @@ def test_a_correct_pool_explores_clean_for_the_same_budget(tmp_path: Path) -> No
     assert "explore: no invariant broke" in clean.stdout
     assert "coverage: " in clean.stdout
     assert not list((tmp_path / "out").glob("finding-*.json"))
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("spec", sorted(DEFECTS))
+def test_the_catalog_passes_each_defect_explore_finds(spec: str) -> None:
+    """The fault families each defect lives in pass it: the gap the search closes (one validate run each)."""
+    from pytest_e2b_env.catalog.catch import Sample, run_sample
+
+    module = spec.partition(":")[0]
+    sample = Sample(SUBJECTS / f"{module}.py", spec, "reward")
+    outcome = run_sample(sample, families=["lost-worker", "cleanup-failure", "rate-limit", "live-fault"])
+    assert outcome.problem is None, outcome.problem
+    assert outcome.clean, outcome.reasons
+    assert outcome.counts.get("passed", 0) >= 10, outcome.counts
