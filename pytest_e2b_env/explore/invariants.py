@@ -118,15 +118,15 @@ def _leaked(actual: Any) -> list[str]:
 
 
 def unreported_leaks(record: CaseRecord, leaked: list[str]) -> list[str]:
-    """Leaked sandboxes the subject did not report: a kill of one that a fault failed, followed by a
-    call that raised, is the cleanup-failure shape the catalog accepts (the sweep then owns it)."""
+    """Leaked sandboxes the subject did not report. Reported: a call raised naming the sandbox, or a
+    fault failed its kill and a call raised after (the cleanup-failure shape the catalog accepts;
+    the sweep then owns the sandbox). A kill that never reached the server (a connection a lost
+    answer broke) leaves no ledger entry, so the raise naming the id is what reports it."""
     ops = _ops(record)
-    raised_at = [
-        float(c["t"] or 0) + float(c["seconds"] or 0)
-        for c in record.trajectory
-        if c.get("kind") == "call" and c.get("returned") is False
-    ]
-    reported = set()
+    raised = [c for c in record.trajectory if c.get("kind") == "call" and c.get("returned") is False]
+    raised_at = [float(c["t"] or 0) + float(c["seconds"] or 0) for c in raised]
+    said = " ".join(str((c.get("error") or {}).get("message") or "") for c in raised)
+    reported = {sid for sid in leaked if sid in said}
     for kill in ops:
         faulted = kill.get("route") == KILL_ROUTE and kill.get("fault")
         if faulted and any(end >= float(kill.get("t") or 0) for end in raised_at):

@@ -92,6 +92,8 @@ class Outcome:
     finding: Attempt | None
     coverage: Coverage
     first_found_after: float | None = None
+    #: schedules run (cached answers not counted) when the first break came
+    first_found_schedules: int | None = None
     seconds: float = 0.0
     shrink_runs: int = 0
 
@@ -125,7 +127,7 @@ def search(
     from hypothesis.database import DirectoryBasedExampleDatabase
 
     from pytest_e2b_env.explore.aim import last_fault_seq, positions_after
-    from pytest_e2b_env.explore.strategies import batches, free_step, kinds_for
+    from pytest_e2b_env.explore.strategies import batches, free_step, kinds_for, weighted
 
     started = time.monotonic()
     # Hypothesis shrinks for at most half the budget past the first break; the last pass then
@@ -160,10 +162,13 @@ def search(
             return None  # the last step never fired: nothing after it to aim at
         places = positions_after(previous, seq + 1 if previous.schedule.steps else 0)
         places = [p for p in places if any(route == p.route for _, route in kinds_for(routes))]
-        if not places or data.draw(st.integers(0, 3), label="free step") == 3:
+        if not places or data.draw(st.integers(0, 7), label="free step") == 7:
             return data.draw(free_step(routes, len(previous.schedule.behaviours)), label="free")
-        place = data.draw(st.sampled_from(places), label="aimed at")
-        kind = data.draw(st.sampled_from([k for k, route in kinds_for(routes) if route == place.route]))
+        # Half the time one of the two calls right after the fault: its direct consequences (the
+        # lost sandbox's kill, its replacement's create) are where a second fault meets the first.
+        near = data.draw(st.booleans(), label="near")
+        place = data.draw(st.sampled_from(places[:2] if near else places), label="aimed at")
+        kind = data.draw(st.sampled_from(weighted(place.route)), label="kind")
         times = data.draw(st.sampled_from((1, 2, 4)), label="times")
         if place.sandbox is not None and data.draw(st.booleans(), label="pinned"):
             return FaultStep(
@@ -183,7 +188,11 @@ def search(
     @given(st.data())
     def probe(data: Any) -> None:
         behaviours = tuple(data.draw(batches(max_completions), label="behaviours"))
-        count = data.draw(st.integers(1, max_steps), label="steps")
+        # Two steps first (what Hypothesis' choices shrink toward): combinations are the point, and
+        # the last shrink pass removes a step the break does not need.
+        count = data.draw(
+            st.sampled_from(sorted(range(1, max_steps + 1), key=lambda n: (n != 2, n))), label="steps"
+        )
         previous = clean.get(behaviours)
         steps: list[FaultStep] = []
         for _ in range(count):
@@ -202,6 +211,7 @@ def search(
         if result.broken:
             if not broken:
                 found_at.append(time.monotonic() - started)
+                found_at.append(coverage.schedules)
                 stop_shrinking[0] = min(time.monotonic() + budget / 2, started + budget * 1.5)
             broken.append(result)
             raise _Broken(result.schedule.words())
@@ -213,6 +223,7 @@ def search(
     except Exception:  # a break, a flaky replay or an unsatisfiable run: all judged below
         pass
     outcome = Outcome(None, coverage, found_at[0] if found_at else None)
+    outcome.first_found_schedules = int(found_at[1]) if found_at else None
     if broken:
         smallest = min(broken, key=lambda a: a.schedule.size())
         last = max(started + 2 * budget - time.monotonic(), budget / 2)

@@ -29,6 +29,16 @@ def kinds_for(routes: Mapping[str, int]) -> list[tuple[str, str]]:
     return [(kind, route) for kind, (_, aimed, _) in KINDS.items() for route in aimed if route in routes]
 
 
+#: kinds that take a sandbox or an operation away are drawn twice as often as the others
+DISRUPTIVE = ("lost-sandbox", "kill-fails", "server-error")
+
+
+def weighted(route: str) -> list[str]:
+    """The kinds aimed at ``route``, the disruptive ones twice (the catalog's kind order kept)."""
+    kinds = [kind for kind, (_, aimed, _) in KINDS.items() if route in aimed]
+    return [kind for kind in kinds for _ in range(2 if kind in DISRUPTIVE else 1)]
+
+
 @st.composite
 def free_step(draw: Any, routes: Mapping[str, int], completions: int) -> FaultStep:
     kind, route = draw(st.sampled_from(kinds_for(routes)))
