@@ -24,8 +24,8 @@ DEFECTS = {
     "explore_reward_retry_budget:make_reward": ("infrastructure-never-a-number", {"lost-sandbox"}),
     "explore_reward_replacement_zero:make_reward": ("infrastructure-never-a-number", {"lost-sandbox"}),
 }
-BUDGET = "60"
-SEED = "1"
+BUDGET = "120"
+SEED = "3"
 
 
 @pytest.mark.parametrize(
