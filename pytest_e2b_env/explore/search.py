@@ -166,7 +166,7 @@ def search(
             return data.draw(free_step(routes, len(previous.schedule.behaviours)), label="free")
         # Half the time one of the two calls right after the fault: its direct consequences (the
         # lost sandbox's kill, its replacement's create) are where a second fault meets the first.
-        near = data.draw(st.booleans(), label="near")
+        near = bool(previous.schedule.steps) and data.draw(st.booleans(), label="near")
         place = data.draw(st.sampled_from(places[:2] if near else places), label="aimed at")
         kind = data.draw(st.sampled_from(weighted(place.route)), label="kind")
         times = data.draw(st.sampled_from((1, 2, 4)), label="times")

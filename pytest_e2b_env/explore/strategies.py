@@ -29,14 +29,15 @@ def kinds_for(routes: Mapping[str, int]) -> list[tuple[str, str]]:
     return [(kind, route) for kind, (_, aimed, _) in KINDS.items() for route in aimed if route in routes]
 
 
-#: kinds that take a sandbox or an operation away are drawn twice as often as the others
-DISRUPTIVE = ("lost-sandbox", "kill-fails", "server-error")
+#: how often each kind is drawn among those aimed at a route: a lost sandbox (what starts a lost
+#: worker's retry, kill and replacement) thrice, other faults that take an operation away twice
+WEIGHTS = {"lost-sandbox": 3, "kill-fails": 2, "server-error": 2}
 
 
 def weighted(route: str) -> list[str]:
-    """The kinds aimed at ``route``, the disruptive ones twice (the catalog's kind order kept)."""
+    """The kinds aimed at ``route``, each repeated by its weight (the catalog's kind order kept)."""
     kinds = [kind for kind, (_, aimed, _) in KINDS.items() if route in aimed]
-    return [kind for kind in kinds for _ in range(2 if kind in DISRUPTIVE else 1)]
+    return [kind for kind in kinds for _ in range(WEIGHTS.get(kind, 1))]
 
 
 @st.composite
