@@ -18,14 +18,15 @@ from pytest_e2b_env.explore.schedule import Schedule
 from pytest_e2b_env.explore.session import ExploreSession
 
 SUBJECTS = Path(__file__).resolve().parents[2] / "fixtures" / "subjects"
-#: each defect, and the fault kinds its shrunk schedule must hold (what the defect needs)
+#: each defect: the invariant it breaks, the fault kinds its shrunk schedule must hold (what the
+#: defect needs), and the batch bound of its search (one completion is enough for two of them)
 DEFECTS = {
-    "explore_reward_kill_unchecked:make_reward": ("kills-confirmed-before-a-score", {"lost-sandbox"}),
-    "explore_reward_retry_budget:make_reward": ("infrastructure-never-a-number", {"lost-sandbox"}),
-    "explore_reward_replacement_zero:make_reward": ("infrastructure-never-a-number", {"lost-sandbox"}),
+    "explore_reward_kill_unchecked:make_reward": ("kills-confirmed-before-a-score", {"lost-sandbox"}, "1"),
+    "explore_reward_retry_budget:make_reward": ("infrastructure-never-a-number", {"lost-sandbox"}, "3"),
+    "explore_reward_replacement_zero:make_reward": ("infrastructure-never-a-number", {"lost-sandbox"}, "1"),
 }
 BUDGET = "120"
-SEED = "3"
+SEED = "4"
 
 
 @pytest.mark.parametrize(
@@ -87,10 +88,11 @@ def _breaks(spec: str, schedule: Schedule, runs: int = 2) -> bool:
 @pytest.mark.parametrize("spec", sorted(DEFECTS))
 def test_explore_finds_shrinks_and_replays_a_defect_the_catalog_misses(spec: str, tmp_path: Path) -> None:
     """Within budget and seed the break is found, written, shrunk so each step is needed, and replayed."""
-    invariant, kinds = DEFECTS[spec]
+    invariant, kinds, batch = DEFECTS[spec]
     project = _project(tmp_path, spec)
     out = tmp_path / "out"
-    found = _explore(project, "--budget", BUDGET, "--seed", SEED, "--output", str(out), "-q")
+    args = ["--budget", BUDGET, "--seed", SEED, "--max-completions", batch, "--output", str(out), "-q"]
+    found = _explore(project, *args)
     assert found.returncode == 1, found.stdout + found.stderr
     assert f"explore: BROKEN {invariant}" in found.stdout, found.stdout
     (path,) = out.glob("finding-*.json")
