@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_e2b_env.cli.explore import main
+from pytest_e2b_env.evidence import verify_bundle
 from pytest_e2b_env.explore.schedule import Schedule
 from pytest_e2b_env.explore.session import ExploreSession
 
@@ -101,7 +102,7 @@ def test_explore_finds_shrinks_and_replays_a_defect_the_catalog_misses(spec: str
     assert doc["seed"] == int(SEED)
     assert doc["replay"] == f"pytest-e2b-env explore --replay {path}"
     assert invariant in [b["invariant"] for b in doc["invariant"]]
-    assert Path(doc["evidence"], "run-manifest.json").is_file()
+    assert verify_bundle(Path(doc["evidence"])) == []
     schedule = Schedule.from_json(doc["schedule"])
     assert kinds <= {s.kind for s in schedule.steps}, schedule.words()
     assert all(landed["fired"] > 0 for landed in doc["run"]["landed"]), doc["run"]
