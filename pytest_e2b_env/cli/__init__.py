@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "emulator": ("pytest_e2b_env.cli.emulator", "serve the local E2B emulator"),
     "validate": ("pytest_e2b_env.cli.validate", "run the case catalog and write an evidence bundle"),
     "verify-evidence": ("pytest_e2b_env.cli.verify", "recheck an evidence bundle"),
+    "explore": ("pytest_e2b_env.cli.explore", "search fault schedules against reward code, shrink, replay"),
     "reap": ("pytest_e2b_env.cli.reap", "kill sandboxes tagged by this tool"),
     "smoke": ("pytest_e2b_env.cli.smoke", "run the reward or episode smoke and print a JSON receipt"),
     "train": ("pytest_e2b_env.cli.train", "TRL GRPO on your validated subject and tasks (same as train.py)"),

@@ -1,0 +1,197 @@
+"""``pytest-e2b-env explore``: search fault schedules against your reward code, shrink and replay breaks.
+
+The subject comes from the command line, else the pytest ini (``e2b_reward_subject``), else the
+bundled reference, as ``validate`` takes it. Every schedule runs in a case host on the local
+emulator (docs/explore.md). Exit status: 0 no invariant broke within the budget (or the replay
+did not break), 1 one did, 2 usage error, 3 internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+OK, BROKEN, USAGE, INTERNAL = 0, 1, 2, 3
+#: how often ``--replay`` runs the schedule: real subjects race, so one clean run proves little
+REPLAYS = 3
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``explore`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="pytest-e2b-env explore",
+        description=(
+            "Search combinations of wire faults and candidate behaviours against your reward code on the "
+            "local emulator; shrink a break, write it as JSON with an evidence bundle, and replay it. "
+            "Exit status: 0 nothing broke, 1 an invariant broke, 2 usage, 3 internal error."
+        ),
+    )
+    parser.add_argument("--subject", choices=("reward", "episode"), default="reward", help="default: reward")
+    parser.add_argument("--budget", type=float, default=120.0, metavar="SECONDS", help="search time (120)")
+    parser.add_argument("--seed", type=int, default=0, metavar="N", help="Hypothesis seed (0)")
+    parser.add_argument("--output", default="e2b-explore", metavar="DIR", help="findings, bundles, database")
+    parser.add_argument("--replay", default=None, metavar="FILE", help="replay a finding file instead")
+    parser.add_argument(
+        "--reward-subject", default=None, metavar="MODULE:FACTORY", help="reward code (overrides the ini key)"
+    )
+    parser.add_argument("--max-completions", type=int, default=3, metavar="N", help="batch size bound (3)")
+    parser.add_argument("--max-steps", type=int, default=3, metavar="N", help="fault steps bound (3)")
+    parser.add_argument("--live", action="store_true", help="through the fault proxy to real E2B (not yet)")
+    parser.add_argument("-q", dest="quiet", action="store_true", help="no line per schedule")
+    return parser
+
+
+def _problem(options: argparse.Namespace) -> str | None:
+    if options.subject == "episode":
+        return (
+            "--subject episode is not supported yet: explore searches reward code only; "
+            "run 'validate --subject episode' for the episode catalog"
+        )
+    if options.live:
+        return "--live is not supported yet: explore runs offline on the local emulator; drop --live"
+    if options.budget <= 0:
+        return f"--budget {options.budget:g}: give a positive number of seconds, e.g. --budget 120"
+    if not 1 <= options.max_completions <= 4:
+        return f"--max-completions {options.max_completions}: give 1 to 4"
+    if not 0 <= options.max_steps <= 6:
+        return f"--max-steps {options.max_steps}: give 0 to 6"
+    if options.replay and not Path(options.replay).is_file():
+        return f"--replay {options.replay!r}: no such file; give a finding-*.json that explore wrote"
+    return None
+
+
+def main(argv: list[str]) -> int:
+    """Search (or replay); 0, 1, 2 or 3."""
+    parser = build_parser()
+    try:
+        options = parser.parse_args(argv)
+    except SystemExit as exc:
+        return OK if exc.code in (0, None) else USAGE
+    problem = _problem(options)
+    if problem:
+        parser.print_usage(sys.stderr)
+        print(f"{parser.prog}: error: {problem}", file=sys.stderr)
+        return USAGE
+    from pytest_e2b_env.errors import ConfigError
+    from pytest_e2b_env.evidence.redaction import redact
+
+    try:
+        return _replay(options) if options.replay else _search(options)
+    except ConfigError as exc:  # a subject that does not import, a finding file that does not parse
+        print(f"{parser.prog}: {redact(str(exc))}", file=sys.stderr)
+        return USAGE
+    except KeyboardInterrupt:
+        print(f"{parser.prog}: interrupted", file=sys.stderr)
+        return INTERNAL
+    except Exception as exc:  # anything escaping the search is ours, never the subject's
+        print(f"{parser.prog}: internal error: {type(exc).__name__}: {redact(str(exc))}", file=sys.stderr)
+        return INTERNAL
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def _search(options: argparse.Namespace) -> int:
+    from pytest_e2b_env.explore.config import subject
+    from pytest_e2b_env.explore.report import consequence, write_finding
+    from pytest_e2b_env.explore.schedule import Schedule
+    from pytest_e2b_env.explore.search import database_dir, routes_used, search
+    from pytest_e2b_env.explore.session import ExploreSession
+    from pytest_e2b_env.settings import new_run_id
+
+    spec, contract, ini = subject(options.reward_subject, Path.cwd())
+    output = Path(options.output).resolve()
+    run_id = new_run_id()
+    with ExploreSession(spec, contract, run_id) as session:
+        assert session.target is not None
+        secrets = [session.target.api_key, session.target.control_key]
+        probe = session.run(Schedule(("correct",)))
+        routes = routes_used(probe)
+        _say(
+            f"explore: reward subject {spec} ({ini or 'no pytest ini'}), seed {options.seed}, "
+            f"budget {options.budget:g} s; routes a clean run used: "
+            f"{', '.join(f'{r} x{n}' for r, n in routes.items()) or 'none'}"
+        )
+
+        def show(attempt: Any) -> None:
+            if not options.quiet:
+                mark = (
+                    "BROKE " + ",".join(b.invariant for b in attempt.broken)
+                    if attempt.broken
+                    else ("ok" if attempt.explored else "harness error" if attempt.harness else "not landed")
+                )
+                _say(f"  {attempt.seconds:5.2f}s {mark}: {attempt.schedule.words()}")
+
+        outcome = search(
+            session.run,
+            routes,
+            budget=options.budget,
+            seed=options.seed,
+            database=database_dir(output / ".hypothesis", spec),
+            max_completions=options.max_completions,
+            max_steps=options.max_steps,
+            on_attempt=show,
+        )
+        finding = outcome.finding
+        if finding is None:
+            _say(f"explore: no invariant broke in {outcome.seconds:.1f} s")
+            _say(outcome.coverage.line())
+            return OK
+        extra = {
+            "found_after_seconds": round(outcome.first_found_after or 0.0, 2),
+            "shrink_runs": outcome.shrink_runs,
+        }
+        path, bundle = write_finding(
+            output,
+            finding,
+            spec=spec,
+            contract=contract,
+            seed=options.seed,
+            run_id=run_id,
+            coverage=outcome.coverage,
+            secrets=secrets,
+            extra=extra,
+        )
+    _say(f"explore: BROKEN {', '.join(b.invariant for b in finding.broken)}")
+    _say(f"  schedule: {finding.schedule.words()}: {consequence(finding)}")
+    _say(f"  found after {extra['found_after_seconds']} s, shrunk with {outcome.shrink_runs} more runs")
+    _say(f"  finding: {path}")
+    _say(f"  evidence: {bundle}")
+    _say(f"  replay: pytest-e2b-env explore --replay {path}")
+    _say(outcome.coverage.line())
+    return BROKEN
+
+
+def _replay(options: argparse.Namespace) -> int:
+    from pytest_e2b_env.errors import ConfigError
+    from pytest_e2b_env.explore.config import subject
+    from pytest_e2b_env.explore.report import consequence
+    from pytest_e2b_env.explore.schedule import Schedule
+    from pytest_e2b_env.explore.session import ExploreSession
+
+    try:
+        doc = json.loads(Path(options.replay).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--replay {options.replay!r}: not a finding file explore wrote ({exc})") from None
+    schedule = Schedule.from_json(doc.get("schedule") if isinstance(doc, dict) else None)
+    spec, contract, _ = subject(options.reward_subject or doc.get("subject"), Path.cwd())
+    contract = contract or doc.get("contract")
+    _say(f"explore: replaying on {spec}: {schedule.words()}")
+    started = time.monotonic()
+    with ExploreSession(spec, contract) as session:
+        for run in range(1, REPLAYS + 1):
+            attempt = session.run(schedule)
+            if attempt.broken:
+                _say(f"explore: BROKEN on run {run}: {', '.join(b.invariant for b in attempt.broken)}")
+                _say(f"  {consequence(attempt)}")
+                return BROKEN
+            _say(f"  run {run}: no invariant broke (rewards {attempt.record.rewards})")
+    _say(
+        f"explore: the schedule did not break anything in {REPLAYS} runs ({time.monotonic() - started:.1f} s)"
+    )
+    return OK
