@@ -26,6 +26,9 @@ DEFECTS = {
     "explore_reward_retry_budget:make_reward": ("infrastructure-never-a-number", {"lost-sandbox"}, "3"),
     "explore_reward_replacement_zero:make_reward": ("infrastructure-never-a-number", {"lost-sandbox"}, "1"),
 }
+#: A search stops at its first break, so the defects get room for a loaded machine (each was found
+#: in 1.5 to 130 s of search at this seed); the correct pool gets the search time that finds them.
+FIND_BUDGET = "300"
 BUDGET = "120"
 SEED = "4"
 
@@ -92,7 +95,7 @@ def test_explore_finds_shrinks_and_replays_a_defect_the_catalog_misses(spec: str
     invariant, kinds, batch = DEFECTS[spec]
     project = _project(tmp_path, spec)
     out = tmp_path / "out"
-    args = ["--budget", BUDGET, "--seed", SEED, "--max-completions", batch, "--output", str(out), "-q"]
+    args = ["--budget", FIND_BUDGET, "--seed", SEED, "--max-completions", batch, "--output", str(out), "-q"]
     found = _explore(project, *args)
     assert found.returncode == 1, found.stdout + found.stderr
     assert f"explore: BROKEN {invariant}" in found.stdout, found.stdout
@@ -137,3 +140,15 @@ def test_the_catalog_passes_each_defect_explore_finds(spec: str) -> None:
     assert outcome.problem is None, outcome.problem
     assert outcome.clean, outcome.reasons
     assert outcome.counts.get("passed", 0) >= 10, outcome.counts
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("times", [1, 4], ids=["kill-fails-once", "kill-keeps-failing"])
+def test_the_bundled_reward_confirms_a_dropped_workers_kill_before_its_score(times: int) -> None:
+    """The break explore found in the reference pool: a worker lost on its first command whose kill
+    answers 500. The pool retries the kill before it scores (once: 1.0 after the kill is confirmed)
+    or raises naming the worker (every time), never a score beside a sandbox that may still run."""
+    lost = {"kind": "lost-sandbox", "route": "run"}
+    steps = [lost, {"kind": "kill-fails", "route": "kill", "times": times}]
+    schedule = Schedule.from_json({"behaviours": ["correct"], "steps": steps})
+    assert not _breaks("pytest_e2b_env.reward:reward_subject", schedule)
