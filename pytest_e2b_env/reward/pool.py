@@ -16,6 +16,8 @@ Failure policy in one place:
   kind, while the rest of the batch keeps its scores; over the :class:`MaskBudget` the batch
   raises as above. Creation, authentication, configuration, preflight, cancellation, heartbeat
   and cleanup failures always raise;
+* a worker dropped mid-call is confirmed gone before the call scores (its kill retried twice),
+  else the call raises :class:`CleanupError` naming it;
 * ``close()`` kills every worker, sweeps by run-id metadata and raises :class:`CleanupError`
   naming the ids it could not confirm gone.
 """
