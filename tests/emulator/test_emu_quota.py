@@ -112,9 +112,13 @@ def test_cgroups_of_a_killed_emulator_are_swept(small: Emulator, controller: str
     parent, why = _own_cgroup(controller)
     if parent is None or f"(cgroup v1 {controller})" not in small.isolation_reason:
         pytest.skip(why or small.isolation_reason)
+    # A dead emulator's group whose pid the new one reuses may still wait for its sweep: the new
+    # one's group is the one that was not there before.
+    before = set(parent.glob("pytest-e2b-env-*"))
     with Emulator() as doomed:
         assert doomed.pid is not None
-        (mine,) = parent.glob(f"pytest-e2b-env-{doomed.pid}-*")  # the emulator's name: pid and a token
+        # the emulator's name: pid and a token
+        (mine,) = set(parent.glob(f"pytest-e2b-env-{doomed.pid}-*")) - before
         Sandbox.create(timeout=120, **doomed.sdk_opts())
         assert len([p for p in mine.iterdir() if p.is_dir()]) == 1
         os.kill(doomed.pid, signal.SIGKILL)
