@@ -289,8 +289,17 @@ class Emulator:
         if data is not None:
             request.add_header("Content-Type", "application/json")
         try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                raw = response.read()
+            try:
+                with urllib.request.urlopen(request, timeout=30) as response:
+                    raw = response.read()
+            except ConnectionResetError:
+                if method != "GET":
+                    raise
+                # A read the loaded emulator reset before answering: asked once more (a stopped
+                # emulator refuses that too, and the error below says so).
+                time.sleep(0.2)
+                with urllib.request.urlopen(request, timeout=30) as response:
+                    raw = response.read()
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace")
             with contextlib.suppress(ValueError):

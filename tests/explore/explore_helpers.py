@@ -16,7 +16,7 @@ SUBJECTS = Path(__file__).resolve().parents[2] / "fixtures" / "subjects"
 #: defect needs), and the batch bound of its search (one completion is enough for two of them)
 DEFECTS = {
     "explore_reward_kill_unchecked:make_reward": ("kills-confirmed-before-a-score", {"lost-sandbox"}, "1"),
-    "explore_reward_retry_budget:make_reward": ("infrastructure-never-a-number", {"lost-sandbox"}, "3"),
+    "explore_reward_retry_budget:make_reward": ("infrastructure-never-a-number", {"lost-sandbox"}, "2"),
     "explore_reward_replacement_zero:make_reward": ("infrastructure-never-a-number", {"lost-sandbox"}, "1"),
 }
 #: A search stops at its first break, so the defects get room for a loaded machine (each was found
@@ -59,7 +59,9 @@ def check_found(spec: str, tmp_path: Path) -> None:
     invariant, kinds, batch = DEFECTS[spec]
     project = user_project(tmp_path, spec)
     out = tmp_path / "out"
-    args = ["--budget", FIND_BUDGET, "--seed", SEED, "--max-completions", batch, "--output", str(out), "-q"]
+    # Each defect needs two faults: the search is bounded to that (as a user bounds it with these options).
+    args = ["--budget", FIND_BUDGET, "--seed", SEED, "--max-completions", batch, "--max-steps", "2"]
+    args += ["--output", str(out), "-q"]
     found = explore(project, *args)
     assert found.returncode == 1, found.stdout + found.stderr
     assert f"explore: BROKEN {invariant}" in found.stdout, found.stdout
