@@ -15,8 +15,10 @@ so the lanes start the cases that took longest last time first (adapter/duration
 
 ``--cpu`` also prints where each run's CPU went, by process kind: the controller (pytest), the
 emulators, the case hosts (subject code, its imports included), and inside the sandboxes the
-candidate programs, the reward runner and everything else. On 2 cores the summed CPU over 2 is a
-floor on the wall time, so this says which part a faster catalog has to shrink.
+candidate programs (exec'd ones by themselves; the reward runner's zygote together with every
+case forked from it, supervisors included), the reward runner and everything else. On 2 cores
+the summed CPU over 2 is a floor on the wall time, so this says which part a faster catalog has
+to shrink.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ HOST_KINDS = (("pytest_e2b_env.catalog.host", "case hosts"), ("pytest_e2b_env.cl
 #: the same inside a sandbox (a descendant of an emulator)
 SANDBOX_KINDS = (
     ("solution.py", "sandbox: candidate programs"),
+    # the runner's zygote and every process forked from it: each case's supervisor and program
+    ("pytest_e2b_env_zygote", "sandbox: zygote and its cases (programs, supervisors)"),
     ("reward/runner.py", "sandbox: reward runner"),
 )
 

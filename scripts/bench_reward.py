@@ -4,7 +4,8 @@
 Each candidate is the correct total-tokens program with 3 test cases. Per worker count, rounds
 interleave three measurements under the same load:
 
-* ours: ``RewardPool`` with that many warm workers;
+* ours: ``RewardPool`` with that many warm workers (cases forked from the runner's zygote), and
+  the same pool with ``Isolation(zygote=False)`` (every case execs a fresh interpreter);
 * cookbook: ``scripts/cookbook_pool.py``, a pool built as the E2B cookbook's TRL GRPO example
   builds its own (per candidate: renew, two uploads, a supervisor script running each case under
   ``timeout`` + ``unshare`` + a bash isolation script + ``setpriv``), same worker count;
@@ -15,7 +16,7 @@ interleave three measurements under the same load:
 Prints one JSON object with the medians: candidates/s, ours as a fraction of the floor's
 throughput (``of_floor``; the floor has no sandbox, no isolation and no round trip), ours over
 the cookbook's design (``over_cookbook``) and over the leaner user pool (``over_user_pool``),
-and where our time goes.
+and where our time goes; ``zygote_speedup`` is the exec pool's seconds per candidate over ours.
 
     .venv/bin/python scripts/bench_reward.py [--candidates 48] [--batch 8] [--workers 1,2] [--rounds 3]
 """
@@ -37,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from pytest_e2b_env.emulator import Emulator  # noqa: E402
 from pytest_e2b_env.environ import scoped_environ  # noqa: E402
-from pytest_e2b_env.reward import RewardPool  # noqa: E402
+from pytest_e2b_env.reward import Isolation, RewardPool  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "fixtures" / "subjects"))
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -78,8 +79,11 @@ async def sdk_round_trip(pool: RewardPool, repeats: int) -> float:
     return statistics.median(samples)
 
 
-async def measure(emu: Emulator, workers: int, candidates: int, batch: int) -> dict[str, object]:
-    pool = RewardPool(workers=workers, create_interval=0, api_opts=emu.sdk_opts())
+async def measure(
+    emu: Emulator, workers: int, candidates: int, batch: int, zygote: bool = True
+) -> dict[str, object]:
+    isolation = Isolation(zygote=zygote)
+    pool = RewardPool(workers=workers, create_interval=0, api_opts=emu.sdk_opts(), isolation=isolation)
     try:
         warm = await pool.code_reward([COMPLETION] * workers, [CASES] * workers)  # creates every worker
         assert warm == [1.0] * workers, warm
@@ -165,17 +169,21 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with Emulator() as emu:
         for workers in [int(w) for w in args.workers.split(",")]:
-            rows, cookbook, user_pool, floors = [], [], [], []
+            rows, cookbook, user_pool, floors, execs = [], [], [], [], []
             for _ in range(args.rounds):  # the machine is shared: interleave, compare medians
                 floors.append(bare_floor(8))
                 rows.append(asyncio.run(measure(emu, workers, args.candidates, args.batch)))
+                fresh = asyncio.run(measure(emu, workers, args.candidates, args.batch, zygote=False))
+                execs.append(float(fresh["seconds_per_candidate"]))  # type: ignore[arg-type]
                 cookbook.append(asyncio.run(measure_cookbook(emu, workers, args.candidates, args.batch)))
                 user_pool.append(asyncio.run(measure_user_pool(emu, workers, args.candidates, args.batch)))
             ours = statistics.median(float(r["seconds_per_candidate"]) for r in rows)  # type: ignore[arg-type]
             row = min(rows, key=lambda r: abs(float(r["seconds_per_candidate"]) - ours))  # type: ignore[arg-type]
             floor, shape = statistics.median(floors), statistics.median(cookbook)
-            lean = statistics.median(user_pool)
+            lean, fresh_exec = statistics.median(user_pool), statistics.median(execs)
             row.update(
+                exec_seconds_per_candidate=round(fresh_exec, 4),
+                zygote_speedup=round(fresh_exec / ours, 2),
                 seconds_per_candidate=round(ours, 4),
                 candidates_per_second=round(1 / ours, 2),
                 bare_floor_seconds=round(floor, 4),

@@ -43,7 +43,7 @@ INSIDE = (
     "daemon_started",
 )
 # Checks the runner makes from outside after the probe ended.
-OUTSIDE = ("tmp_private", "shm_private", "daemon_reaped", "deadline_kills")
+OUTSIDE = ("tmp_private", "shm_private", "daemon_reaped", "deadline_kills", "zygote_pristine")
 # Ceilings no configuration may exceed and still pass.
 MAX_NPROC = 256
 MAX_FSIZE = 64 << 20

@@ -192,6 +192,32 @@ def prctl(option: int, arg2: int = 0, arg3: int = 0) -> None:
     )
 
 
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+def clear_capabilities() -> None:
+    """capset(2) emptying this thread's effective, permitted and inheritable sets.
+
+    What an exec by a user who is not root does to them; a process that drops its uid without an
+    exec keeps them wherever root was unmapped (the uid change clears them only when it leaves the
+    namespace's root).
+    """
+    data = (_CapData * 2)()
+    _check(libc.capset(ctypes.byref(_CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)), data), "capset")
+
+
 def setfsuid(uid: int) -> None:
     """setfsuid(2): the uid used for file permission checks and ownership, this thread only."""
     libc.setfsuid(ctypes.c_uint(uid))

@@ -16,7 +16,7 @@ Each case runs in a fresh process tree:
   private tmpfs ``/tmp`` and ``/dev/shm`` (scratch), rlimits (NPROC, FSIZE, AS, CPU, CORE,
   NOFILE, MSGQUEUE), capability bounding set emptied, a seccomp
   filter (no new namespaces, no keyrings, no memory outside the address-space budget),
-  uid/gid 65534 with no groups, ``no_new_privs``, then ``exec python3 -I -B solution.py``
+  uid/gid 65534 with no groups, ``no_new_privs``, then it becomes ``python3 -I -B solution.py``
   with the case input on stdin (a memfd, so a program that never reads stdin cannot block us);
 * A enforces the deadline (the program's own time: wall time less the time it waited for a CPU,
   so a loaded host does not fail correct code): SIGKILL to B kills every process of the namespace,
@@ -24,17 +24,32 @@ Each case runs in a fresh process tree:
 
 Setup failures are reported through a close-on-exec pipe (empty on a successful exec), so a
 broken worker is an infrastructure error and never a candidate's 0.
+
+**The zygote** (``isolation.zygote``, the default). An interpreter start costs about 11 ms of CPU,
+most of a short case's. So the runner starts, before it reads any request, one pristine
+``python3 -I -B`` (the zygote: it has imported what a fresh interpreter imports, then this
+module's case machinery, and it never receives a program, an input or a nonce), and A is forked
+from it instead of from the runner. B, its set-up done, becomes the program in place of the exec:
+``sys.modules`` and the import caches as they were when the zygote started, a new ``__main__``,
+``sys.argv``, the exit status, the traceback and the interpreter shutdown as CPython's own (see
+:class:`_Program`); what a program can still tell apart is listed in docs/reward.md. A case's
+program and input reach B alone, through its ``go`` socket, exactly as a warm case's do. Without
+``isolation.zygote`` every case execs a fresh interpreter.
 """
 
 from __future__ import annotations
 
+import atexit
 import base64
 import contextlib
 import ctypes
 import errno
 import functools
+import gc
 import json
+import marshal
 import os
+import resource
 import select
 import signal
 import socket
@@ -45,8 +60,12 @@ from . import linux as L
 
 PYTHON = "/usr/bin/python3"
 HOME = os.path.dirname(os.path.abspath(__file__))
+#: This module's code object (run as a script, the assembled runner): the zygote runs it again.
+_MODULE_CODE = sys._getframe().f_code
 INBOX = os.path.join(HOME, "inbox")  # root-only uploads (protocol.INBOX_DIR)
 SETUP_SECONDS = 10.0
+#: The environment of every case's interpreter (and of the zygote, which becomes each program).
+CASE_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "TMPDIR": "/tmp"}
 
 # The seccomp filter of every case: the system calls it refuses (their numbers per architecture
 # are in ``linux.SYSCALLS``). Why each is refused:
@@ -156,42 +175,54 @@ def _install_seccomp(fprog: _SockFprog) -> None:
     L.prctl(L.PR_SET_SECCOMP, L.SECCOMP_MODE_FILTER, ctypes.addressof(fprog))
 
 
-def _make_userns() -> int:
-    """A user namespace of the case's own, held by fd: only uid and gid 65534 mapped, no root.
+def _own_userns(ask: int, mapped: int) -> None:
+    """In B, its mounts done: a user namespace of the case's own, only uid and gid 65534 mapped.
 
-    A short-lived child creates it and A (root of the worker) writes its maps. Cases running side
-    by side then share no per-user count (Linux 5.14+ counts RLIMIT_NPROC, pending signals and
-    inotify per user namespace): a fork bomb in one case cannot make a sibling's exec fail.
+    B creates it and A (root of the worker) writes its maps (:func:`_map_userns`): no helper
+    process, so no fork of the interpreter for it. Cases running side by side then share no
+    per-user count (Linux 5.14+ counts RLIMIT_NPROC, pending signals and inotify per user
+    namespace): a fork bomb in one case cannot make a sibling's start fail. The mounts stay the
+    worker root's; from here on B is root of a namespace where only uid 65534 exists.
     """
-    ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
-    hold_r, hold_w = os.pipe2(os.O_CLOEXEC)
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(ready_r)
-            os.close(hold_w)
-            ok = _unshare_ok(L.CLONE_NEWUSER)
-            os.write(ready_w, b"u" if ok else b"!")
-            os.read(hold_r, 1)  # until A holds the namespace
-        finally:
-            os._exit(0)
-    os.close(ready_w)
-    os.close(hold_r)
+    L.unshare(L.CLONE_NEWUSER)
+    os.write(ask, b"u")
+    os.close(ask)
+    ready, _, _ = select.select([mapped], [], [], SETUP_SECONDS)
+    if not ready or os.read(mapped, 1) != b"m":
+        raise SetupError("user namespace: the supervisor did not write its maps")
+    os.close(mapped)
+
+
+def _writable_proc(proc_fd: int | None) -> int | None:
+    """A detached clone of the worker's ``/proc`` mount: B makes every mount of the namespace it
+    shares with A read-only before it asks for its maps, and a detached mount is not among them."""
+    if proc_fd is None:
+        return None
+    flags = L.AT_EMPTY_PATH | L.OPEN_TREE_CLONE | L.OPEN_TREE_CLOEXEC
     try:
-        ready, _, _ = select.select([ready_r], [], [], SETUP_SECONDS)
-        if not ready or os.read(ready_r, 1) != b"u":
-            raise SetupError("user namespace: the kernel refused to create one")
+        return L.open_tree(proc_fd, "", flags)
+    except OSError:
+        return None
+
+
+def _map_userns(proc_rw: int | None, pid: int, ask: int, mapped: int) -> None:
+    """In A: once B has its user namespace, map uid and gid 65534 in it (nothing when B failed first)."""
+    try:
+        ready, _, _ = select.select([ask], [], [], SETUP_SECONDS)
+        if not ready or os.read(ask, 1) != b"u" or proc_rw is None:
+            return  # B failed before it: its setup error says why
         for name in ("uid_map", "gid_map"):
-            fd = os.open(f"/proc/{pid}/{name}", os.O_WRONLY)
+            fd = os.open(f"{pid}/{name}", os.O_WRONLY, dir_fd=proc_rw)
             try:
                 os.write(fd, f"{L.NOBODY} {L.NOBODY} 1\n".encode())
             finally:
                 os.close(fd)
-        return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+        os.write(mapped, b"m")
+    except OSError:
+        pass  # B then reports the missing maps as its setup error
     finally:
-        os.close(ready_r)
-        os.close(hold_w)
-        os.waitpid(pid, 0)
+        os.close(ask)
+        os.close(mapped)
 
 
 def _await_go(go: socket.socket) -> tuple[str, int]:
@@ -209,10 +240,11 @@ def _isolate_and_exec(
     stdin_fd: int,
     out_fd: int,
     err_pipe: int,
-    userns_fd: int | None,
+    userns: tuple[int, int] | None,
     go: socket.socket | None = None,
-) -> None:
-    """Runs in B (pid 1 of the new pid namespace); never returns.
+) -> _Program:
+    """Runs in B (pid 1 of the new pid namespace); returns only in a zygote's fork, the program
+    ready to run (see :func:`_become`), and never otherwise.
 
     With ``go`` (a warm case) B does everything that costs time first, then waits for the
     program; everything after that (limits, privileges, exec) takes microseconds.
@@ -237,15 +269,10 @@ def _isolate_and_exec(
             if os.path.isdir("/dev/shm"):
                 L.mount("tmpfs", "/dev/shm", "tmpfs", L.MS_NOSUID | L.MS_NODEV | L.MS_NOEXEC, scratch)
         os.chdir("/tmp")
-        if userns_fd is not None:
-            # Its mounts are done (they stay the worker root's); from here on B is root of
-            # the case's own user namespace, where only uid 65534 exists.
-            L.setns(userns_fd, L.CLONE_NEWUSER)
-            os.close(userns_fd)
+        if userns is not None:
+            _own_userns(*userns)
         if go is not None:
             code_path, stdin_fd = _await_go(go)
-        import resource
-
         cpu = int(limits["cpu_seconds"])
         for res, value in (
             (resource.RLIMIT_NPROC, limits["nproc"]),
@@ -282,15 +309,254 @@ def _isolate_and_exec(
         # a Python loop over every number cost about a millisecond per case.
         os.closerange(3, err_pipe)
         os.closerange(err_pipe + 1, limits["nofile"] + 64)
+        if _FRESH is not None:  # the zygote's fork: become the program (err_pipe closes there)
+            return _become(code_path, err_pipe, iso["drop_privileges"])
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
-        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "TMPDIR": "/tmp"}
-        os.execve(PYTHON, [PYTHON, "-I", "-B", code_path], env)
+        os.execve(PYTHON, [PYTHON, "-I", "-B", code_path], CASE_ENV)
     except BaseException as exc:  # report to A, then die: nothing of the candidate ran yet
         try:
             os.write(err_pipe, f"{type(exc).__name__}: {exc}".encode()[:2000])
         finally:
             os._exit(127)
+
+
+#: In the zygote (see the module docstring): ``sys.modules`` and ``sys.path_importer_cache`` as
+#: they were when its interpreter had started, before it imported anything of its own. None in
+#: the runner, whose cases exec a fresh interpreter.
+_FRESH: tuple[dict, dict] | None = None
+#: Found in the command line of the zygote and of every process forked from it.
+ZYGOTE_NAME = "pytest_e2b_env_zygote"
+#: The zygote's whole program (``python3 -I -B -c``): it takes the snapshot above first thing,
+#: runs this module's code (``argv[1]``: the runner's own code object, marshalled, which saves
+#: compiling it again) as ``argv[2]`` and serves the runner on fd ``argv[3]``. In a case's B,
+#: :func:`zygote_serve` returns the candidate's program, which runs here, at the bottom of the
+#: stack, as ``python3 -I -B solution.py`` runs it (one frame, this one, below its own).
+ZYGOTE_BOOT = """\
+import sys
+fresh = dict(sys.modules), dict(sys.path_importer_cache)
+import marshal
+with open(sys.argv[1], "rb") as fh:
+    code = marshal.load(fh)
+runtime = {"__name__": "pytest_e2b_env_zygote", "__file__": sys.argv[2]}  # ZYGOTE_NAME
+exec(code, runtime)
+program = runtime["zygote_serve"](int(sys.argv[3]), fresh)
+del fresh, fh, code, runtime
+error = program.error
+if error is None:
+    try:
+        exec(program.code, program.globals)
+    except BaseException as exc:
+        error = exc
+program.finish(error)
+"""
+
+
+class _Program:
+    """A candidate's program in a zygote's B, about to run as ``python3 -I -B`` would run it."""
+
+    def __init__(self, code: object, globals_: dict, error: BaseException | None) -> None:
+        self.code, self.globals, self.error = code, globals_, error
+
+    def finish(self, error: BaseException | None) -> None:
+        """End as CPython's ``pymain`` ends a script: flush stderr and stdout (``flush_io``), report
+        an uncaught exception through ``sys.excepthook`` (exit 1) or take ``SystemExit``'s status,
+        then shut down (threads, atexit, flushes: 120 when one fails); an uncaught
+        ``KeyboardInterrupt`` ends by SIGINT (130 where it is ignored, as it is for a pid 1)."""
+        for stream in (sys.stderr, sys.stdout):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        status, interrupted = 0, False
+        if isinstance(error, SystemExit):
+            status = _system_exit_status(error)
+        elif error is not None:
+            interrupted = isinstance(error, KeyboardInterrupt)
+            tb = error.__traceback__
+            # The first entry is the zygote's own frame (ZYGOTE_BOOT), which a fresh interpreter
+            # does not have; a compile error carries none.
+            error.__traceback__ = tb = tb.tb_next if tb is not None else None
+            sys.last_type, sys.last_value, sys.last_traceback = type(error), error, tb
+            try:
+                sys.excepthook(type(error), error, tb)
+            except BaseException:
+                sys.__excepthook__(type(error), error, tb)
+            status = 1
+        del error
+        status = _shutdown(status, self.globals)
+        if interrupted:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+            status = 128 + signal.SIGINT
+        os._exit(status)
+
+
+def _system_exit_status(exc: SystemExit) -> int:
+    """The exit status of an uncaught ``SystemExit`` (CPython's ``_Py_HandleSystemExit``)."""
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF if -(1 << 63) <= code < 1 << 63 else 0xFF  # C: (int) PyLong_AsLong
+    with contextlib.suppress(Exception):
+        if sys.stderr is not None:
+            sys.stderr.write(str(code))
+            sys.stderr.write("\n")
+    return 1
+
+
+def _unraisable(error: BaseException, obj: object) -> None:
+    """Report ``error`` as CPython's ``PyErr_WriteUnraisable(obj)`` does, through ``sys.unraisablehook``."""
+    with contextlib.suppress(Exception):
+        sys.unraisablehook(_UNRAISABLE_ARGS((type(error), error, None, None, obj)))
+
+
+def _capture_unraisable_args() -> type:
+    """The type ``sys.unraisablehook`` takes (not exposed by name): caught once from a ``__del__``."""
+    seen: list[type] = []
+    saved, sys.unraisablehook = sys.unraisablehook, lambda args: seen.append(type(args))
+
+    class _Raises:
+        def __del__(self) -> None:
+            raise ValueError
+
+    try:
+        _Raises()
+    finally:
+        sys.unraisablehook = saved
+    return seen[0]
+
+
+_UNRAISABLE_ARGS = _capture_unraisable_args()
+
+
+def _flush_std_files(report: bool) -> bool:
+    """CPython's ``flush_std_files``: flush stdout (a failure reported as unraisable when
+    ``report``) and stderr; False when either failed."""
+    ok = True
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name, None)
+        if stream is None or getattr(stream, "closed", False):
+            continue
+        try:
+            stream.flush()
+        except Exception as exc:
+            if report and name == "stdout":
+                _unraisable(exc, stream)
+            ok = False
+    return ok
+
+
+def _shutdown(status: int, main: dict) -> int:
+    """CPython's ``Py_FinalizeEx`` as a program can see it: wait for its non-daemon threads, run
+    its atexit callbacks, flush stdout and stderr, clear ``__main__`` (its objects' ``__del__``
+    run), flush again. Other modules are not torn down (the process ends)."""
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        with contextlib.suppress(BaseException):
+            threading._shutdown()
+    atexit._run_exitfuncs()
+    ok = _flush_std_files(report=True)
+    gc.collect()
+    # CPython's _PyModule_ClearDict: names with one leading underscore first, then the rest.
+    for first in (True, False):
+        for name in list(main):
+            if name != "__builtins__" and (not first or (name.startswith("_") and not name.startswith("__"))):
+                main[name] = None
+    gc.collect()
+    ok = _flush_std_files(report=ok) and ok
+    return status if ok else 120
+
+
+def _become(code_path: str, err_pipe: int, unprivileged: bool) -> _Program:
+    """In a zygote's B, privileges dropped and descriptors in place: turn this interpreter back into
+    the one the zygote started as, then read and compile the program as ``python3 -I -B`` does."""
+    assert _FRESH is not None
+    modules, finders = _FRESH
+    if unprivileged:
+        # Root of the case's user namespace is unmapped, so the uid drop kept the capabilities
+        # setns gave there; the exec of a fresh interpreter would have cleared them.
+        L.clear_capabilities()
+    # A credential change left the process undumpable (its /proc files root's); an exec would
+    # have made it dumpable again, and a program may read its own /proc/self.
+    L.prctl(L.PR_SET_DUMPABLE, 1)
+    for sig in (signal.SIGTERM, signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(sig, signal.SIG_IGN)
+    atexit._clear()
+    sys.modules.clear()
+    sys.modules.update(modules)
+    sys.path_importer_cache.clear()
+    sys.path_importer_cache.update(finders)
+    sys.path_importer_cache[code_path] = None  # pymain asks whether the script is a zip or a directory
+    sys.argv = [code_path]
+    sys.orig_argv = [PYTHON, "-I", "-B", code_path]
+    main = type(sys)("__main__")
+    main.__loader__ = modules["_frozen_importlib_external"].SourceFileLoader("__main__", code_path)
+    main.__annotations__ = {}
+    main.__builtins__ = modules["builtins"]  # type: ignore[attr-defined]
+    main.__file__ = code_path
+    main.__cached__ = None  # type: ignore[attr-defined]
+    sys.modules["__main__"] = main
+    os.close(err_pipe)  # set up: A starts the program's clock
+    try:
+        with open(code_path, "rb") as fh:
+            source = fh.read()
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.write(
+                2, f"{PYTHON}: can't open file {code_path!r}: [Errno {exc.errno}] {exc.strerror}\n".encode()
+            )
+        os._exit(2)
+    if b"\0" in source:
+        # CPython's file tokenizer and compile() part ways on NUL bytes (the one runs what comes
+        # before, the other refuses the source): such a program gets the fresh interpreter itself.
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
+            signal.signal(sig, signal.SIG_DFL)
+        os.execve(PYTHON, [PYTHON, "-I", "-B", code_path], CASE_ENV)
+    try:
+        return _Program(compile(source, code_path, "exec", dont_inherit=True), main.__dict__, None)
+    except BaseException as exc:  # a SyntaxError, as the interpreter would report it (no frames)
+        return _Program(None, main.__dict__, exc.with_traceback(None))
+
+
+def zygote_serve(control_fd: int, fresh: tuple[dict, dict]) -> _Program:
+    """The zygote: fork a case's A for each request on ``control_fd``; returns in a case's B only.
+
+    A request is a spec (its isolation and limits: no program, input or nonce) with three
+    descriptors: A's output and status pipes and B's ``go`` socket. The answer is A's pidfd (the
+    runner kills a wedged A with it; the zygote reaps). Ends when the runner closes its end.
+    """
+    global _FRESH
+    _FRESH = fresh
+    control = socket.socket(fileno=control_fd)
+    # Everything alive now goes to the collector's permanent generation: a case's collections (its
+    # exit runs one, as CPython's does) skip it, and touch none of its pages (no copy on write).
+    gc.freeze()
+    while True:
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        try:
+            message, fds, _, _ = socket.recv_fds(control, 65536, 3)
+        except OSError:
+            message, fds = b"", []
+        if not message or len(fds) != 3:
+            os._exit(0)
+        spec = json.loads(message)
+        out_w, st_w, go_fd = fds
+        pid = os.fork()
+        if pid == 0:
+            control.close()
+            return _supervise(spec, "", -1, out_w, st_w, socket.socket(fileno=go_fd))
+        pidfd = os.pidfd_open(pid)
+        for fd in fds:
+            os.close(fd)
+        try:
+            socket.send_fds(control, [b"A"], [pidfd])
+        finally:
+            os.close(pidfd)
 
 
 def _proc_read(proc_fd: int | None, pid: int, name: str, size: int) -> bytes | None:
@@ -505,8 +771,9 @@ def _wait_deadline(
 
 def _supervise(
     spec: dict, code_path: str, stdin_fd: int, out_fd: int, status_fd: int, go: socket.socket | None = None
-) -> None:
-    """Runs in A (root, old pid namespace); never returns. ``go``: a warm case (see :class:`_Warm`)."""
+) -> _Program:
+    """Runs in A (root, old pid namespace); never returns (B, forked here, returns the program in
+    a zygote's fork: see :func:`_isolate_and_exec`). ``go``: a warm case (see :class:`_Warm`)."""
     report: dict = {}
     began = time.monotonic()
     try:
@@ -515,22 +782,34 @@ def _supervise(
         flags |= L.CLONE_NEWNS if iso["mount_private"] else 0
         flags |= L.CLONE_NEWPID if iso["pid"] else 0
         flags |= L.CLONE_NEWNET if iso["network"] else 0
-        # before the pid namespace: its helper must not become the namespace's pid 1
-        userns_fd = _make_userns() if spec["userns"] else None
         L.unshare(flags)
         # before the fork: the case's pid 1 mounts a fresh /proc of its own namespace over this one
         proc_fd = _open_proc()
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        # B asks for its user namespace's maps on one pipe, A answers on the other
+        handshake = (os.pipe2(os.O_CLOEXEC), os.pipe2(os.O_CLOEXEC)) if spec["userns"] else None
+        proc_rw = _writable_proc(proc_fd) if handshake is not None else None
         pid = os.fork()
         if pid == 0:
             os.close(err_r)
-            _isolate_and_exec(spec, code_path, stdin_fd, out_fd, err_w, userns_fd, go)
+            userns = None
+            if handshake is not None:
+                (ask_r, ask_w), (mapped_r, mapped_w) = handshake
+                os.close(ask_r)
+                os.close(mapped_w)
+                userns = (ask_w, mapped_r)
+            return _isolate_and_exec(spec, code_path, stdin_fd, out_fd, err_w, userns, go)
         os.close(err_w)
         os.close(out_fd)
-        if userns_fd is not None:
-            os.close(userns_fd)
         if go is not None:
             go.close()
+        if handshake is not None:
+            (ask_r, ask_w), (mapped_r, mapped_w) = handshake
+            os.close(ask_w)
+            os.close(mapped_r)
+            _map_userns(proc_rw, pid, ask_r, mapped_w)
+            if proc_rw is not None:
+                os.close(proc_rw)
         # A warm case waits for its program as long as it takes (the runner closing its end of
         # ``go`` ends it); a cold one must be running within SETUP_SECONDS.
         ready, _, _ = select.select([err_r], [], [], None if go is not None else SETUP_SECONDS)
@@ -569,34 +848,52 @@ class _Run:
     """One case in flight: its supervisor A, the output it streams and the status A reports."""
 
     def __init__(self, spec: dict, code_path: str | None, stdin_data: bytes = b"") -> None:
-        """A case of ``code_path`` on ``stdin_data``; with ``code_path`` None a warm one (see :meth:`go`)."""
+        """A case of ``code_path`` on ``stdin_data``; with ``code_path`` None a warm one (see :meth:`go`).
+
+        With ``isolation.zygote`` A is the zygote's fork, not this runner's, and every case takes
+        its program and input through ``go``, as a warm one does: the zygote never sees either.
+        """
         self.spec = spec
         self.cap = spec["limits"]["output_bytes"]
         self._go: socket.socket | None = None
+        self.pid = self.pidfd = -1
+        zygote = bool(spec["isolation"].get("zygote"))
         child_go = None
         stdin_fd = -1
-        if code_path is None:
+        if code_path is None or zygote:
             self._go, child_go = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         else:
             stdin_fd = _input_fd(stdin_data)
         self.out_r, out_w = os.pipe()
         self.st_r, st_w = os.pipe()
-        self.pid = os.fork()
-        if self.pid == 0:
-            os.close(self.out_r)
-            os.close(self.st_r)
+        try:
+            if zygote:
+                assert child_go is not None
+                self.pidfd = ZYGOTE.fork_case(spec, [out_w, st_w, child_go.fileno()])
+            else:
+                self.pid = os.fork()
+                if self.pid == 0:
+                    os.close(self.out_r)
+                    os.close(self.st_r)
+                    if self._go is not None:
+                        self._go.close()
+                    for other in _LIVE:  # their ends must close when the runner closes them (EOF, EPIPE)
+                        other._drop_in_child()
+                    _supervise(spec, code_path or "", stdin_fd, out_w, st_w, child_go)
+        except BaseException:
+            for fd in (self.out_r, self.st_r):
+                os.close(fd)
             if self._go is not None:
                 self._go.close()
-            for other in _LIVE:  # their ends must close when the runner closes them (EOF, EPIPE)
-                other._drop_in_child()
-            _supervise(spec, code_path or "", stdin_fd, out_w, st_w, child_go)
+            raise
+        finally:
+            os.close(out_w)
+            os.close(st_w)
+            if child_go is not None:
+                child_go.close()
+            if stdin_fd >= 0:
+                os.close(stdin_fd)
         _LIVE.add(self)
-        os.close(out_w)
-        os.close(st_w)
-        if child_go is not None:
-            child_go.close()
-        if stdin_fd >= 0:
-            os.close(stdin_fd)
         self.chunks: list[bytes] = []
         self.size = 0
         self.truncated = False
@@ -604,6 +901,8 @@ class _Run:
         self.status_done = False
         self.reading = True
         self.give_up = float("inf") if self._go is not None else self._bound()
+        if zygote and code_path is not None:
+            self.go(code_path, stdin_data)
 
     def _bound(self) -> float:
         # The deadline is A's job; this bound only protects the runner from a wedged A.
@@ -632,7 +931,7 @@ class _Run:
 
     def _drop_in_child(self) -> None:
         """In a newly forked supervisor: close this (other) case's runner-side descriptors."""
-        for fd in (self.out_r, self.st_r):
+        for fd in (self.out_r, self.st_r, self.pidfd):
             if fd >= 0:
                 os.close(fd)
         if self._go is not None:
@@ -682,7 +981,10 @@ class _Run:
 
     def abandon(self) -> None:
         """A is wedged past every bound: kill it (B dies with it, being its pid namespace's init)."""
-        os.kill(self.pid, signal.SIGKILL)
+        if self.pidfd >= 0:
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        else:
+            os.kill(self.pid, signal.SIGKILL)
         self.reading = False
         self.status_done = True
 
@@ -691,12 +993,92 @@ class _Run:
         if self.out_r >= 0:
             os.close(self.out_r)
         os.close(self.st_r)
-        os.waitpid(self.pid, 0)
+        if self.pidfd >= 0:
+            os.close(self.pidfd)  # the zygote reaps its own children
+        else:
+            os.waitpid(self.pid, 0)
         report = json.loads(self.status_raw.decode() or '{"setup_error": "supervisor died"}')
         output = b"".join(self.chunks)[: self.cap + 1]
         report["output_b64"] = base64.b64encode(output).decode()
         report["output_truncated"] = self.truncated
         return report
+
+
+class _Zygote:
+    """The runner's side of the zygote (see the module docstring).
+
+    Started before the runner reads a request (the runner holds no program or input yet, and the
+    exec leaves nothing of it anyway); started again once if it died. Its fds 0 to 2 are of the
+    kinds a case's are (a seekable stdin, a pipe for stdout, ``/dev/null`` for stderr), so the
+    standard streams it built at start-up are the ones a fresh interpreter would build for the case.
+    """
+
+    def __init__(self) -> None:
+        self.control: socket.socket | None = None
+        self.pid = -1
+
+    def start(self) -> None:
+        code = os.path.join(HOME, "zygote.code")  # root's, 0600: this module's code object
+        fd, temporary = _temporary(code)
+        with os.fdopen(fd, "wb") as fh:
+            marshal.dump(_MODULE_CODE, fh)
+        os.replace(temporary, code)
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        out_r, out_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                null = os.open("/dev/null", os.O_RDWR)
+                for fd, target in ((null, 0), (out_w, 1), (null, 2), (child.fileno(), 3)):
+                    os.dup2(fd, target)
+                os.closerange(4, 1 << 16)
+                for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
+                    signal.signal(sig, signal.SIG_DFL)
+                argv = [PYTHON, "-I", "-B", "-c", ZYGOTE_BOOT, code, os.path.abspath(__file__), "3"]
+                os.execve(PYTHON, argv, CASE_ENV)
+            finally:
+                os._exit(127)
+        child.close()
+        os.close(out_r)
+        os.close(out_w)
+        self.control, self.pid = parent, pid
+
+    def stop(self) -> None:
+        if self.control is not None:
+            self.control.close()
+            self.control = None
+        if self.pid > 0:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            self.pid = -1
+
+    def fork_case(self, spec: dict, fds: list[int]) -> int:
+        """Have the zygote fork a case's A on ``fds`` (output, status, ``go``); A's pidfd."""
+        message = _case_key(spec).encode()
+        for _ in range(2):
+            if self.control is None:
+                self.start()
+            assert self.control is not None
+            try:
+                socket.send_fds(self.control, [message], fds)
+                if select.select([self.control], [], [], SETUP_SECONDS)[0]:
+                    _, got, _, _ = socket.recv_fds(self.control, 16, 1)
+                    if got:
+                        return got[0]
+            except OSError:
+                pass
+            self.stop()  # dead or wedged: the next attempt starts another
+        raise SetupError("zygote: the pre-started interpreter did not fork a case (twice)")
+
+
+def _temporary(path: str) -> tuple[int, str]:
+    """A new 0600 file beside ``path`` (to rename over it once written): its descriptor and name."""
+    temporary = f"{path}.{os.getpid()}.{os.urandom(4).hex()}"
+    return os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), temporary
+
+
+ZYGOTE = _Zygote()  # this runner's: the persistent one starts it before a request, a one-shot on need
 
 
 _LIVE: set[_Run] = set()  # cases whose runner-side descriptors are open
@@ -873,6 +1255,67 @@ def evaluate_many(parts: list[tuple[dict, bytes, list[bytes]]], warm: bool = Fal
     return answers
 
 
+#: The preflight's pristineness check, run as a case twice: as a fresh interpreter and from the
+#: zygote. It reports what it found at its first line and counts the copies of a canary (which an
+#: earlier case of the preflight had as input, and which it gets in upper case) anywhere in its own
+#: writable memory but its two buffers: a zygote holding anything of an earlier case shows here.
+PRISTINE_CHECK = """\
+import sys
+modules = sorted(sys.modules)
+names = list(globals())
+import ctypes, json, os
+needle = bytearray(sys.stdin.buffer.read().strip())
+for i in range(len(needle)):
+    needle[i] |= 0x20  # lower case in place: the needle exists once, here
+chunk = bytearray(1 << 20)
+mine = []
+for own in (needle, chunk):
+    at = ctypes.addressof((ctypes.c_char * len(own)).from_buffer(own))
+    mine.append((at, at + len(own)))
+view, hits = memoryview(chunk), 0
+with open("/proc/self/maps") as fh:
+    regions = [line.split()[:2] for line in fh]
+fd = os.open("/proc/self/mem", os.O_RDONLY)
+for span, perms in regions:
+    start, end = (int(x, 16) for x in span.split("-"))
+    while perms.startswith("rw") and start < end:
+        try:
+            got = os.preadv(fd, [view[: min(len(chunk), end - start)]], start)
+        except OSError:
+            break
+        at = chunk.find(needle, 0, got)
+        while at >= 0:
+            hits += not any(lo <= start + at < hi for lo, hi in mine)
+            at = chunk.find(needle, at + 1, got)
+        start += got - len(needle) if got > len(needle) else max(got, 1)
+print(json.dumps({
+    "modules": modules, "globals": names, "argv": sys.argv, "orig_argv": sys.orig_argv,
+    "flags": list(sys.flags), "tasks": len(os.listdir("/proc/self/task")), "hits": hits,
+    "fds": sorted(os.listdir("/proc/self/fd")),
+}))
+"""
+
+
+def _pristine(fresh: dict, forked: dict) -> dict:
+    """What the pristineness check found (see :data:`PRISTINE_CHECK`): the case forked from the
+    zygote saw at its start what a fresh interpreter saw, and neither held the canary."""
+    seen = []
+    for record in (fresh, forked):
+        try:
+            seen.append(json.loads(base64.b64decode(record["output_b64"])))
+        except (KeyError, ValueError):
+            seen.append({})
+    same = all(
+        seen[1].get(k) == seen[0].get(k) for k in ("modules", "globals", "argv", "orig_argv", "flags", "fds")
+    )
+    return {
+        "same_start": bool(seen[0]) and same,
+        "canary_hits": [view.get("hits") for view in seen],
+        "threads": [view.get("tasks") for view in seen],
+        "exit_codes": [fresh.get("exit_code"), forked.get("exit_code")],
+    }
+
+
 def preflight(spec: dict, code: bytes) -> dict:
     """Run the probe under the same isolation, then check from outside what it cannot see."""
     marker = f".pe2b-probe-{spec['nonce']}"
@@ -898,7 +1341,10 @@ def preflight(spec: dict, code: bytes) -> dict:
             "forbidden_writes": ["/", "/etc", "/usr", HOME, "/var/tmp"],
             "upload": upload,
             "jobs": os.path.join(HOME, "jobs"),
+            # Found again later only by a case that holds an earlier one's input (PRISTINE_CHECK).
+            "canary": "pe2b-canary-" + os.urandom(16).hex(),
         }
+        canary = probe_input["canary"]
         job_dir = os.path.join(HOME, "jobs", spec["nonce"])
         code_path = _write_code(job_dir, code)
         try:
@@ -908,14 +1354,22 @@ def preflight(spec: dict, code: bytes) -> dict:
             except OSError:
                 pass  # no inbox: the probe then reports inputs_private false
             probe = run_case(spec, code_path, json.dumps(probe_input).encode())
-            # The probe's daemon still carries the job path (with the nonce) in its command line.
-            leftovers = _processes_of(L.NOBODY, spec["nonce"])
+            # The probe's daemon still carries the job path (with the nonce) in its command line,
+            # or, forked from the zygote, the zygote's (no other case runs during the preflight).
+            leftovers = _processes_of(L.NOBODY, spec["nonce"]) + _processes_of(L.NOBODY, ZYGOTE_NAME)
             slow = dict(spec, case_seconds=0.15)
             sleeper_path = os.path.join(job_dir, "sleeper.py")
             with open(sleeper_path, "w", encoding="utf-8") as fh:
                 fh.write("import time\ntime.sleep(30)\n")
             os.chmod(sleeper_path, 0o444)
             deadline = run_case(slow, sleeper_path, b"")
+            check_path = os.path.join(job_dir, "pristine.py")
+            with open(check_path, "w", encoding="utf-8") as fh:
+                fh.write(PRISTINE_CHECK)
+            os.chmod(check_path, 0o444)
+            hunted = canary.upper().encode()
+            exec_spec = dict(spec, isolation=dict(spec["isolation"], zygote=False))
+            pristine = _pristine(run_case(exec_spec, check_path, hunted), run_case(spec, check_path, hunted))
         finally:
             _remove_job(job_dir)
             with contextlib.suppress(OSError):
@@ -927,12 +1381,17 @@ def preflight(spec: dict, code: bytes) -> dict:
         "shm_private": not os.path.exists(os.path.join("/dev/shm", marker)),
         "daemon_reaped": not leftovers,
         "deadline_kills": bool(deadline.get("timed_out")) and deadline.get("exit_code") == -9,
+        "zygote_pristine": pristine["same_start"]
+        and pristine["canary_hits"] == [0, 0]
+        and pristine["threads"] == [1, 1]
+        and pristine["exit_codes"] == [0, 0],
     }
     return {
         "probe": probe,
         "parallel": spec["parallel"],
         "outside": outside,
         "leftovers": [_describe_pid(pid) for pid in sorted(leftovers)],
+        "pristine": pristine,
     }
 
 
@@ -1042,6 +1501,7 @@ def serve(directory: str) -> None:
     """
     request, response = os.path.join(directory, "req"), os.path.join(directory, "resp")
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    ZYGOTE.start()  # before any request: it boots while the runner waits for one
     while True:
         with open(request, "rb") as fh:  # blocks until a client writes a request
             raw = fh.read()

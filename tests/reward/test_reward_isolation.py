@@ -166,14 +166,15 @@ async def test_output_over_the_cap_in_every_case_at_once_is_output_too_large(
 
 
 async def _set_up_ahead(worker: Worker, expected: int) -> int:
-    """How many cases the persistent runner holds ready (its direct children), once it has settled."""
+    """How many cases the persistent runner holds ready (the live children of its zygote, which it
+    started with a ``-c`` program), once it has settled."""
     deadline = time.monotonic() + 15
     while True:
-        listing = await worker.sandbox.commands.run("ps -eo pid=,ppid=,args=", user="root")
-        rows = [line.split(None, 2) for line in listing.stdout.splitlines()]
-        serving = {pid: ppid for pid, ppid, args in rows if "runner.py --serve" in args}
-        runner = [pid for pid, ppid in serving.items() if ppid not in serving]
-        ready = sum(1 for ppid in serving.values() if ppid in runner)
+        listing = await worker.sandbox.commands.run("ps -eo pid=,ppid=,stat=,args=", user="root")
+        rows = [line.split(None, 3) for line in listing.stdout.splitlines()]
+        runners = {pid for pid, _, _, args in rows if "runner.py --serve" in args}
+        zygotes = {pid for pid, ppid, _, args in rows if ppid in runners and " -c " in args}
+        ready = sum(1 for _, ppid, stat, _ in rows if ppid in zygotes and not stat.startswith("Z"))
         if ready == expected or time.monotonic() > deadline:
             return ready
         await asyncio.sleep(0.2)
