@@ -1454,6 +1454,11 @@ def handle(raw: bytes, warm: bool = False) -> bytes:
         parts, nonce = [_parse(raw)], header["nonce"]
     spec = parts[0][0]
     cases = sum(len(inputs) for _, _, inputs in parts)
+    if not warm and spec["mode"] == "run":
+        # A one-shot runner (a template without mkfifo or setsid) would start a zygote for this
+        # request alone, which costs more than the execs it saves: its cases exec, as CPython would.
+        for part_spec, _, _ in parts:
+            part_spec["isolation"] = dict(part_spec["isolation"], zygote=False)
     try:
         if spec["mode"] == "preflight":
             result = preflight(spec, parts[0][1])
