@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import secrets
+import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -22,6 +23,17 @@ SERVE_DIR = f"{REMOTE_DIR}/serve"  # root-only FIFOs of the persistent runner (r
 # Root-only (0700) upload directory for payloads too big for one command: a file the files API
 # writes is world-readable (0644), and every case of the candidate could read all its inputs.
 INBOX_DIR = f"{REMOTE_DIR}/inbox"
+#: The runner's code object, marshalled by the runner when it starts its zygote (both run it).
+RUNNER_CODE = f"{REMOTE_DIR}/zygote.code"
+#: ``python3 -c`` running the runner from RUNNER_CODE as ``runner.py ARGS`` would: argv[1] the code,
+#: argv[2] the runner's path, then its own arguments.
+_FROM_CODE = (
+    "import marshal, sys\n"
+    "with open(sys.argv[1], 'rb') as fh:\n"
+    "    code = marshal.load(fh)\n"
+    "del sys.argv[:2]\n"
+    "exec(code, {'__name__': '__main__', '__file__': sys.argv[0]})\n"
+)
 PYTHON = "/usr/bin/python3"
 # bash -c takes the command as one argv string; Linux caps a single string at 128 KiB.
 MAX_COMMAND_BYTES = 120_000
@@ -181,14 +193,19 @@ def install_command(payload: Payload) -> str:
         f"set -e; umask 022; mkdir -p {REMOTE_DIR}/jobs {SERVE_DIR} {INBOX_DIR};"
         f" chmod 755 /opt/pytest-e2b-env {REMOTE_DIR}; chmod 700 {SERVE_DIR}; chmod {inbox_mode} {INBOX_DIR};"
         f" chmod {jobs_mode} {REMOTE_DIR}/jobs;"
-        f" rm -f {SERVE_DIR}/req {SERVE_DIR}/resp {SERVE_DIR}/pid;"
+        f" rm -f {SERVE_DIR}/req {SERVE_DIR}/resp {SERVE_DIR}/pid {RUNNER_CODE};"
         f" cat > {RUNNER} <<'{delimiter}'\n{runner}\n{delimiter}\nchmod 444 {RUNNER}\n"
     )
     # Optional speed-up: without mkfifo/setsid in the template, candidates use the one-shot runner.
+    # The preflight's zygote left the runner's code object marshalled (root's, 0600): the
+    # persistent runner runs it rather than compiling its source again (about 20 ms of CPU).
     serve = (
         f"if mkfifo -m 600 {SERVE_DIR}/req {SERVE_DIR}/resp 2>/dev/null"
         " && command -v setsid >/dev/null; then\n"
-        f"setsid {PYTHON} -I -B -S {RUNNER} --serve {SERVE_DIR} </dev/null >/dev/null 2>&1 &\n"
+        f"if [ -f {RUNNER_CODE} ]; then"
+        f" setsid {PYTHON} -I -B -S -c {shlex.quote(_FROM_CODE)} {RUNNER_CODE} {RUNNER} --serve {SERVE_DIR}"
+        " </dev/null >/dev/null 2>&1 &\n"
+        f"else setsid {PYTHON} -I -B -S {RUNNER} --serve {SERVE_DIR} </dev/null >/dev/null 2>&1 & fi\n"
         f"echo $! > {SERVE_DIR}/pid\nfi\n"
     )
     return heredoc_command(RUNNER, payload.stdin(), prefix) + serve

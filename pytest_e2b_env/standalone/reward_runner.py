@@ -1018,7 +1018,7 @@ class _Zygote:
         self.pid = -1
 
     def start(self) -> None:
-        code = os.path.join(HOME, "zygote.code")  # root's, 0600: this module's code object
+        code = os.path.join(HOME, "zygote.code")  # protocol.RUNNER_CODE: root's, 0600
         fd, temporary = _temporary(code)
         with os.fdopen(fd, "wb") as fh:
             marshal.dump(_MODULE_CODE, fh)

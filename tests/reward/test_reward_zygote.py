@@ -256,3 +256,18 @@ def test_the_pristineness_check_finds_a_copy_and_not_its_own_needle(tmp_path: Pa
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["hits"] == (1 if held else 0)
+
+
+@ON_MODULE_LOOP
+async def test_the_persistent_runner_runs_the_code_its_zygote_marshalled(
+    worker: tuple[WorkerClient, Worker],
+) -> None:
+    """The preflight's zygote left the runner's code object; the persistent runner runs it (no
+    second compile of its source) and its zygote is its child."""
+    _, sandbox = worker
+    listing = await sandbox.sandbox.commands.run("ps -ww -eo pid=,ppid=,args=", user="root")
+    rows = [line.split(None, 2) for line in listing.stdout.splitlines()]
+    runners = [(pid, args) for pid, _, args in rows if "runner.py --serve" in args]
+    assert len(runners) == 1
+    assert "zygote.code /opt/pytest-e2b-env/reward/runner.py --serve" in runners[0][1]
+    assert any(ppid == runners[0][0] and "pytest_e2b_env_zygote" in args for _, ppid, args in rows)
