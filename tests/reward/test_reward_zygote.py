@@ -9,6 +9,7 @@ are asserted as differences, so that list stays true.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import re
@@ -24,7 +25,7 @@ from pytest_e2b_env.emulator import Emulator
 from pytest_e2b_env.reward import Isolation
 from pytest_e2b_env.reward.protocol import Payload
 from pytest_e2b_env.reward.workers import Worker, WorkerClient, probe_source
-from pytest_e2b_env.standalone.reward_runner import PRISTINE_CHECK
+from pytest_e2b_env.standalone.reward_runner import PRISTINE_CHECK, ZYGOTE_NAME
 
 pytestmark = pytest.mark.namespaces
 ON_MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")  # the module worker's loop
@@ -258,16 +259,38 @@ def test_the_pristineness_check_finds_a_copy_and_not_its_own_needle(tmp_path: Pa
     assert json.loads(done.stdout)["hits"] == (1 if held else 0)
 
 
+async def runner_and_zygote(sandbox: Worker) -> tuple[str, str, str]:
+    """(persistent runner's pid, its command line, its zygote's pid) once both are up (bounded)."""
+    for _ in range(50):
+        listing = await sandbox.sandbox.commands.run("ps -ww -eo pid=,ppid=,args=", user="root")
+        rows = [line.split(None, 2) for line in listing.stdout.splitlines()]
+        runners = [(pid, args) for pid, _, args in rows if "runner.py --serve" in args]
+        zygotes = [
+            pid for pid, ppid, args in rows if runners and ppid == runners[0][0] and ZYGOTE_NAME in args
+        ]
+        if len(runners) == 1 and len(zygotes) == 1:
+            return runners[0][0], runners[0][1], zygotes[0]
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no persistent runner with one zygote:\n{listing.stdout}")
+
+
 @ON_MODULE_LOOP
 async def test_the_persistent_runner_runs_the_code_its_zygote_marshalled(
     worker: tuple[WorkerClient, Worker],
 ) -> None:
     """The preflight's zygote left the runner's code object; the persistent runner runs it (no
-    second compile of its source) and its zygote is its child."""
-    _, sandbox = worker
-    listing = await sandbox.sandbox.commands.run("ps -ww -eo pid=,ppid=,args=", user="root")
-    rows = [line.split(None, 2) for line in listing.stdout.splitlines()]
-    runners = [(pid, args) for pid, _, args in rows if "runner.py --serve" in args]
-    assert len(runners) == 1
-    assert "zygote.code /opt/pytest-e2b-env/reward/runner.py --serve" in runners[0][1]
-    assert any(ppid == runners[0][0] and "pytest_e2b_env_zygote" in args for _, ppid, args in rows)
+    second compile of its source) and has a zygote of its own."""
+    _, command_line, _ = await runner_and_zygote(worker[1])
+    assert "zygote.code /opt/pytest-e2b-env/reward/runner.py --serve" in command_line
+
+
+@ON_MODULE_LOOP
+async def test_a_zygote_that_died_is_started_again(worker: tuple[WorkerClient, Worker]) -> None:
+    """The runner starts a new zygote (a fresh exec, so as pristine as the first) when its own
+    died, and the candidate's cases run as if nothing happened."""
+    runner, _, zygote = await runner_and_zygote(worker[1])
+    await worker[1].sandbox.commands.run(f"kill -9 {zygote}", user="root")
+    assert await run(worker, "print(sum(range(10)))\n", zygote=True, inputs=3) == [("45\n", 0)] * 3
+    again, _, replacement = await runner_and_zygote(worker[1])
+    assert again == runner
+    assert replacement != zygote
