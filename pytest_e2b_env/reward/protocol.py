@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import json
 import secrets
-import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -23,17 +22,8 @@ SERVE_DIR = f"{REMOTE_DIR}/serve"  # root-only FIFOs of the persistent runner (r
 # Root-only (0700) upload directory for payloads too big for one command: a file the files API
 # writes is world-readable (0644), and every case of the candidate could read all its inputs.
 INBOX_DIR = f"{REMOTE_DIR}/inbox"
-#: The runner's code object, marshalled by the runner when it starts its zygote (both run it).
-RUNNER_CODE = f"{REMOTE_DIR}/zygote.code"
-#: ``python3 -c`` running the runner from RUNNER_CODE as ``runner.py ARGS`` would: argv[1] the code,
-#: argv[2] the runner's path, then its own arguments.
-_FROM_CODE = (
-    "import marshal, sys\n"
-    "with open(sys.argv[1], 'rb') as fh:\n"
-    "    code = marshal.load(fh)\n"
-    "del sys.argv[:2]\n"
-    "exec(code, {'__name__': '__main__', '__file__': sys.argv[0]})\n"
-)
+#: How long the install command waits for the preflight's answer (the probe takes about a second).
+PREFLIGHT_SECONDS = 55.0
 PYTHON = "/usr/bin/python3"
 # bash -c takes the command as one argv string; Linux caps a single string at 128 KiB.
 MAX_COMMAND_BYTES = 120_000
@@ -155,19 +145,6 @@ def part_answers(answer: dict[str, Any], batch: Batch) -> list[dict[str, Any]]:
     return answers
 
 
-def heredoc_command(program: str, stdin: bytes, prefix: str = "") -> str:
-    """``prefix`` then ``python3 program`` fed ``stdin`` by a quoted heredoc (taken literally).
-
-    The runner reads exact byte counts from its header, so the newline bash appends is ignored.
-    """
-    text = stdin.decode("utf-8")
-    delimiter = "PE2B_EOF_" + secrets.token_hex(8)
-    while delimiter in text:  # pragma: no cover - 64 random bits
-        delimiter = "PE2B_EOF_" + secrets.token_hex(8)
-    # -S: the runner needs no site packages, and skipping site saves a third of its start-up.
-    return f"{prefix}{PYTHON} -I -B -S {program} <<'{delimiter}'\n{text}\n{delimiter}\n"
-
-
 def runner_text() -> str:
     """The runner the workers run: ``standalone/reward_runner.py``, assembled."""
     return assemble.script("reward_runner")
@@ -179,10 +156,12 @@ def probe_text() -> str:
 
 
 def install_command(payload: Payload) -> str:
-    """Install the runner, run the preflight, start the persistent runner: one command.
+    """Install the runner, start the persistent runner, run the preflight in it: one command.
 
-    The persistent runner (``runner.py --serve``) saves an interpreter start-up per candidate;
-    it runs the very code the preflight just proved. ``setsid`` keeps it alive after the command.
+    The persistent runner (``runner.py --serve``) saves an interpreter start-up (and a compile of
+    the runner) per candidate, and answering the preflight itself, it is the very process, zygote
+    included, that the preflight proved. ``setsid`` keeps it alive after the command. A template
+    without ``mkfifo`` or ``setsid`` runs the preflight, and then every candidate, one-shot.
     """
     runner = runner_text()
     delimiter = "PE2B_RUNNER_" + secrets.token_hex(8)
@@ -193,30 +172,27 @@ def install_command(payload: Payload) -> str:
         f"set -e; umask 022; mkdir -p {REMOTE_DIR}/jobs {SERVE_DIR} {INBOX_DIR};"
         f" chmod 755 /opt/pytest-e2b-env {REMOTE_DIR}; chmod 700 {SERVE_DIR}; chmod {inbox_mode} {INBOX_DIR};"
         f" chmod {jobs_mode} {REMOTE_DIR}/jobs;"
-        f" rm -f {SERVE_DIR}/req {SERVE_DIR}/resp {SERVE_DIR}/pid {RUNNER_CODE};"
+        f" rm -f {SERVE_DIR}/req {SERVE_DIR}/resp {SERVE_DIR}/pid;"
         f" cat > {RUNNER} <<'{delimiter}'\n{runner}\n{delimiter}\nchmod 444 {RUNNER}\n"
     )
-    # Optional speed-up: without mkfifo/setsid in the template, candidates use the one-shot runner.
-    # The preflight's zygote left the runner's code object marshalled (root's, 0600): the
-    # persistent runner runs it rather than compiling its source again (about 20 ms of CPU).
     serve = (
         f"if mkfifo -m 600 {SERVE_DIR}/req {SERVE_DIR}/resp 2>/dev/null"
         " && command -v setsid >/dev/null; then\n"
-        f"if [ -f {RUNNER_CODE} ]; then"
-        f" setsid {PYTHON} -I -B -S -c {shlex.quote(_FROM_CODE)} {RUNNER_CODE} {RUNNER} --serve {SERVE_DIR}"
-        " </dev/null >/dev/null 2>&1 &\n"
-        f"else setsid {PYTHON} -I -B -S {RUNNER} --serve {SERVE_DIR} </dev/null >/dev/null 2>&1 & fi\n"
+        f"setsid {PYTHON} -I -B -S {RUNNER} --serve {SERVE_DIR} </dev/null >/dev/null 2>&1 &\n"
         f"echo $! > {SERVE_DIR}/pid\nfi\n"
     )
-    return heredoc_command(RUNNER, payload.stdin(), prefix) + serve
+    return prefix + serve + run_command(payload.stdin(), PREFLIGHT_SECONDS, open_seconds=30)
 
 
-def run_command(stdin: bytes | None, command_seconds: float, stdin_file: str | None = None) -> str:
+def run_command(
+    stdin: bytes | None, command_seconds: float, stdin_file: str | None = None, open_seconds: int = 5
+) -> str:
     """One candidate: hand the payload to the persistent runner, or run a one-shot runner.
 
     The payload comes from a quoted heredoc (or ``stdin_file``) feeding the whole block, so it
     is written once. ``timeout`` guards both FIFO opens: a dead server fails the command fast
-    (the host then replaces the worker) instead of hanging it.
+    (the host then replaces the worker) instead of hanging it. ``open_seconds``: how long the
+    server may take to open its request FIFO (longer for the preflight: it is just starting).
     """
     # Builtins only; a killed server may linger as a zombie, so look at its state, not kill -0.
     alive = (
@@ -224,7 +200,7 @@ def run_command(stdin: bytes | None, command_seconds: float, stdin_file: str | N
         ' && read -r _ _ S _ < /proc/$P/stat 2>/dev/null && [ "$S" != Z ]'
     )
     block = (
-        f"{{ if {alive}; then timeout 5 tee {SERVE_DIR}/req >/dev/null"
+        f"{{ if {alive}; then timeout {open_seconds} tee {SERVE_DIR}/req >/dev/null"
         f" && timeout {int(command_seconds)} cat {SERVE_DIR}/resp;"
         f" else {PYTHON} -I -B -S {RUNNER}; fi; }}"
     )

@@ -1462,6 +1462,7 @@ def handle(raw: bytes, warm: bool = False) -> bytes:
     try:
         if spec["mode"] == "preflight":
             result = preflight(spec, parts[0][1])
+            result["served"] = warm  # by the persistent runner, which the candidates will reach
         elif header.get("mode") == "batch":
             result = {"answers": evaluate_many(parts, warm)}
         else:

@@ -275,13 +275,11 @@ async def runner_and_zygote(sandbox: Worker) -> tuple[str, str, str]:
 
 
 @ON_MODULE_LOOP
-async def test_the_persistent_runner_runs_the_code_its_zygote_marshalled(
-    worker: tuple[WorkerClient, Worker],
-) -> None:
-    """The preflight's zygote left the runner's code object; the persistent runner runs it (no
-    second compile of its source) and has a zygote of its own."""
-    _, command_line, _ = await runner_and_zygote(worker[1])
-    assert "zygote.code /opt/pytest-e2b-env/reward/runner.py --serve" in command_line
+async def test_the_persistent_runner_answered_the_preflight(worker: tuple[WorkerClient, Worker]) -> None:
+    """The install command starts the persistent runner first and sends it the preflight: the
+    process (and zygote) the candidates reach is the one the preflight proved."""
+    assert PREFLIGHT["served"] is True
+    await runner_and_zygote(worker[1])
 
 
 @ON_MODULE_LOOP
