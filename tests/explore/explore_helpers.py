@@ -95,7 +95,7 @@ def check_found(spec: str, tmp_path: Path) -> None:
     assert kinds <= {s.kind for s in schedule.steps}, schedule.words()
     assert all(landed["fired"] > 0 for landed in doc["run"]["landed"]), doc["run"]
     for i in range(len(schedule.steps)):  # minimal: without any one of its steps, nothing breaks
-        fewer = Schedule(schedule.behaviours, schedule.steps[:i] + schedule.steps[i + 1 :])
+        fewer = Schedule(schedule.behaviours, schedule.steps[:i] + schedule.steps[i + 1 :], schedule.subject)
         assert not breaks(spec, fewer), fewer.words()
     replayed = explore(project, "--replay", str(path))
     assert replayed.returncode == 1, replayed.stdout + replayed.stderr

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from explore_helpers import EPISODE_DEFECTS, SEED, explore, user_project
+from explore_helpers import DEFECTS, SEED, explore, user_project
 
 from pytest_e2b_env.explore.schedule import Schedule
 
@@ -43,17 +43,17 @@ def created(upstream: Any) -> list[str]:
 
 
 @pytest.mark.slow
-def test_live_explore_finds_an_episode_defect_through_the_proxy(upstream: Any, tmp_path: Path) -> None:
-    """The verifier-retry defect is found live, its finding says live, no file holds the key, and the
-    upstream made no more sandboxes than the cap."""
-    spec = "explore_episode_verifier_retry:VerifierRetryEpisode"
-    invariant, kinds, calls = EPISODE_DEFECTS[spec]
-    project, out = user_project(tmp_path, spec, "episode"), tmp_path / "out"
-    args = ["--live", "--max-sandboxes", "400", "--subject", "episode", "--budget", "300", "--seed", SEED]
-    args += ["--max-completions", calls, "--max-steps", "2", "--output", str(out), "-q"]
+def test_live_explore_finds_a_defect_through_the_proxy(upstream: Any, tmp_path: Path) -> None:
+    """A reward defect is found live (the seed that finds it in a few schedules offline), its finding and
+    bundle say live, no file or output holds the key, and nothing of the run is left upstream."""
+    spec = "explore_reward_retry_budget:make_reward"
+    invariant, kinds, batch = DEFECTS[spec]
+    project, out = user_project(tmp_path, spec), tmp_path / "out"
+    args = ["--live", "--max-sandboxes", "300", "--budget", "240", "--seed", "3"]
+    args += ["--max-completions", batch, "--max-steps", "2", "--output", str(out), "-q"]
     run = explore(project, *args, env=live_env(upstream))
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-2000:]
-    assert "live through the fault proxy, at most 400 sandboxes" in run.stdout
+    assert "live through the fault proxy, at most 300 sandboxes" in run.stdout
     assert f"explore: BROKEN {invariant}" in run.stdout
     (path,) = out.glob("finding-*.json")
     doc = json.loads(path.read_text())
@@ -65,7 +65,7 @@ def test_live_explore_finds_an_episode_defect_through_the_proxy(upstream: Any, t
         if file.is_file():
             assert upstream.api_key not in file.read_text(errors="replace"), file
     assert upstream.api_key not in run.stdout + run.stderr
-    assert len(created(upstream)) <= 400
+    assert len(created(upstream)) <= 300
     assert not upstream.sandboxes()
 
 
