@@ -219,6 +219,7 @@ def _search(options: argparse.Namespace) -> int:
             return OK
         extra = {
             "found_after_seconds": round(outcome.first_found_after or 0.0, 2),
+            "found_after_schedules": outcome.first_found_schedules,
             "shrink_runs": outcome.shrink_runs,
             "mode": "live" if options.live else "offline",
         }
@@ -235,7 +236,10 @@ def _search(options: argparse.Namespace) -> int:
         )
     _say(f"explore: BROKEN {', '.join(b.invariant for b in finding.broken)}")
     _say(f"  schedule: {finding.schedule.words()}: {consequence(finding)}")
-    _say(f"  found after {extra['found_after_seconds']} s, shrunk with {outcome.shrink_runs} more runs")
+    _say(
+        f"  found after {extra['found_after_seconds']} s ({extra['found_after_schedules']} schedules run), "
+        f"shrunk with {outcome.shrink_runs} more runs"
+    )
     if outcome.stopped:
         _say(f"  shrinking stopped early: {outcome.stopped}")
     _say(f"  finding: {path}")
