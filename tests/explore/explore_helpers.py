@@ -61,13 +61,18 @@ def explore(project: Path, *args: str, env: dict[str, str] | None = None) -> sub
     )
 
 
-def breaks(spec: str, schedule: Schedule, runs: int = 2) -> bool:
+def broken(spec: str, schedule: Schedule, runs: int = 2) -> set[str]:
+    """The invariants ``schedule`` breaks against ``spec`` in ``runs`` runs (their union)."""
     sys.path.insert(0, str(SUBJECTS))  # where the case host imports the sample from
     try:
         with ExploreSession(spec, kind=schedule.subject) as session:
-            return any(session.run(schedule).broken for _ in range(runs))
+            return {b.invariant for _ in range(runs) for b in session.run(schedule).broken}
     finally:
         sys.path.remove(str(SUBJECTS))
+
+
+def breaks(spec: str, schedule: Schedule, runs: int = 2) -> bool:
+    return bool(broken(spec, schedule, runs))
 
 
 def check_found(spec: str, tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from explore_helpers import DEFECTS, EPISODE_DEFECTS, SUBJECTS, breaks, check_clean
+from explore_helpers import DEFECTS, EPISODE_DEFECTS, SUBJECTS, breaks, broken, check_clean
 
 from pytest_e2b_env.cli.explore import main
 from pytest_e2b_env.explore.schedule import Schedule
@@ -100,3 +100,17 @@ def test_the_bundled_reward_confirms_a_dropped_workers_kill_before_its_score(tim
     steps = [lost, {"kind": "kill-fails", "route": "kill", "times": times}]
     schedule = Schedule.from_json({"behaviours": ["correct"], "steps": steps})
     assert not breaks("pytest_e2b_env.reward:reward_subject", schedule)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize(
+    "spec",
+    ["episode_copies_workdir:Subject", "baseline_episode_home_verifier_online:OnlineVerifierEpisode"],
+    ids=["companion-file-in-verifier", "verifier-online"],
+)
+def test_a_verifier_that_is_not_fresh_and_offline_breaks_it(spec: str) -> None:
+    """With no fault at all, a verifier that receives the policy's other files, or has the internet,
+    breaks verifier-fresh-and-offline; the correct episode on the same schedule breaks nothing."""
+    schedule = Schedule(("repair",), subject="episode")
+    assert "verifier-fresh-and-offline" in broken(spec, schedule, runs=1)
+    assert not broken("baseline_episode_home:RepairEpisode", schedule, runs=1)
