@@ -194,6 +194,8 @@ class TargetSettings:
     sandbox_url: str | None = None
     template: str = DEFAULT_TEMPLATE
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+    #: live only: the fault proxy forwards at most this many creates (None: no cap)
+    max_sandboxes: int | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:

@@ -24,6 +24,8 @@ TEMPLATES = {
     "POST /files": "write",
     "POST /sandboxes/{id}/timeout": "set_timeout",
     "POST /execute": "run_code",
+    "GET /files": "read",
+    "GET /sandboxes/{id}": "info",
 }
 
 

@@ -1,7 +1,8 @@
 """Which subject ``explore`` runs: named on the command line, else the pytest ini, else the reference.
 
-The same order as ``validate`` (a named subject wins over the project's ``e2b_reward_subject``,
-and with neither the bundled reference reward runs). The ini is found as pytest finds it, from the
+The same order as ``validate`` (a named subject wins over the project's ``e2b_reward_subject`` or
+``e2b_episode_subject``, and with neither the bundled reference of that kind runs; an episode's
+extra model tools come from ``e2b_episode_tools``). The ini is found as pytest finds it, from the
 current directory upward: ``pytest.ini``, ``.pytest.ini``, ``pyproject.toml`` with a
 ``[tool.pytest.ini_options]`` table, ``tox.ini`` with ``[pytest]``, ``setup.cfg`` with
 ``[tool:pytest]``; its ``pythonpath`` entries are put on the import path as pytest puts them.
@@ -16,6 +17,8 @@ import tomllib
 from pathlib import Path
 
 REFERENCE_REWARD = "pytest_e2b_env.reward:reward_subject"
+REFERENCE_EPISODE = "pytest_e2b_env.episode:ReportEpisode"
+REFERENCE = {"reward": REFERENCE_REWARD, "episode": REFERENCE_EPISODE}
 
 
 def _values(path: Path) -> dict[str, str] | None:
@@ -46,8 +49,8 @@ def find_ini(start: Path) -> tuple[Path | None, dict[str, str]]:
     return None, {}
 
 
-def subject(named: str | None, start: Path) -> tuple[str, str | None, Path | None]:
-    """``(spec, contract spec, ini path)`` of the reward subject; the ini's pythonpath goes on sys.path."""
+def subject(named: str | None, start: Path, kind: str = "reward") -> tuple[str, str | None, Path | None]:
+    """``(spec, contract spec, ini path)`` of the subject; the ini's pythonpath goes on sys.path."""
     ini, values = find_ini(start)
     base = ini.parent if ini is not None else start
     for entry in reversed(values.get("pythonpath", "").split()):
@@ -56,6 +59,11 @@ def subject(named: str | None, start: Path) -> tuple[str, str | None, Path | Non
             sys.path.insert(0, path)
     if str(start) not in sys.path:
         sys.path.insert(0, str(start))  # as validate's pytest does for a project's rootdir
-    spec = named or values.get("e2b_reward_subject", "").strip() or REFERENCE_REWARD
-    contract = values.get("e2b_reward_contract", "").strip() or None
+    spec = named or values.get(f"e2b_{kind}_subject", "").strip() or REFERENCE[kind]
+    contract = values.get(f"e2b_{kind}_contract", "").strip() or None
     return spec, contract, ini
+
+
+def episode_tools(start: Path) -> list[str]:
+    """The ini's ``e2b_episode_tools``: model tools the episode declares besides the terminal and submit."""
+    return find_ini(start)[1].get("e2b_episode_tools", "").split()  # a linelist: one name a line

@@ -3,7 +3,9 @@
 Most are the catalog's own safety criteria, read from the case record the catalog's runner
 judged (so a finding here is one the catalog would fail if it had a case of that shape). One is
 new, and is judged here from the ledger in its order: every kill the subject attempts is
-confirmed before the call that discarded the sandbox returns.
+confirmed before the call that discarded the sandbox returns (an episode: before get_reward()
+returns its score). An episode's verifier and cleanup predicates are the catalog's too, and count
+only once a score came out: a subject that raised committed nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +25,14 @@ CRITERIA: dict[str, str] = {
 }
 KILL_CONFIRMED = "kills-confirmed-before-a-score"
 SCORES = "scores-in-range-and-order"
+COMMITTED = "score-committed-after-cleanup"
+FRESH_VERIFIER = "verifier-fresh-and-offline"
+#: an episode's catalog criteria that break an invariant only when get_reward() returned a number
+ONCE_SCORED: dict[str, str] = {
+    "score_committed_after_cleanup": COMMITTED,
+    "verifier_created": FRESH_VERIFIER,
+    "verifier_offline": FRESH_VERIFIER,
+}
 
 #: every invariant, with what it means (docs/explore.md lists them)
 INVARIANTS: dict[str, str] = {
@@ -35,6 +45,11 @@ INVARIANTS: dict[str, str] = {
     "expected-outputs-never-in-a-sandbox": "no request carried an expected output into a sandbox",
     "no-secret-observed": "no key of the target appears in anything observed",
     "subject-process-survives": "the subject's process lives through the schedule",
+    COMMITTED: "an episode's score is returned only once every sandbox of the episode is gone (the policy "
+    "sandbox and the verifier confirmed killed)",
+    FRESH_VERIFIER: "an episode that returns a score graded it on a sandbox created after submit() started, "
+    "with internet access off, that received the submitted artifact and the hidden inputs only (never the "
+    "policy sandbox's other files)",
 }
 
 KILL_ROUTE = "DELETE /sandboxes/{id}"
@@ -72,26 +87,57 @@ def _settled(entry: dict[str, Any]) -> bool:
     return entry.get("route") == INFO_ROUTE and status == 404
 
 
+def _calls(record: CaseRecord) -> list[dict[str, Any]]:
+    return [e for e in record.trajectory if e.get("kind") == "call"]
+
+
+def _end(call: dict[str, Any]) -> float:
+    return float(call["t"] or 0) + float(call["seconds"] or 0)
+
+
+def _a_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def scored(record: CaseRecord) -> dict[str, Any] | None:
+    """An episode's first get_reward() call that returned a number (its score), else None."""
+    return next(
+        (
+            c
+            for c in _calls(record)
+            if c.get("name") == "get_reward" and c.get("returned") and _a_number(c["value"])
+        ),
+        None,
+    )
+
+
+def _owner(record: CaseRecord, t: float) -> dict[str, Any] | None:
+    """The call whose result a kill at ``t`` must be confirmed before: the call running then
+    (reward: the driver's calls run one at a time), or an episode's scoring get_reward()."""
+    if record.subject == "episode":
+        score = scored(record)
+        return score if score is not None and t <= _end(score) else None
+    return next((c for c in _calls(record) if float(c["t"] or 0) <= t <= _end(c)), None)
+
+
 def unconfirmed_kills(record: CaseRecord) -> list[dict[str, Any]]:
     """Kills answered with a failure (or not at all) whose calls returned with no later confirmation.
 
-    The call a kill belongs to is the call running when the ledger recorded it (the driver's
-    calls run one at a time); a call that raised has said no number is to be trusted.
+    The call a kill belongs to is the call running when the ledger recorded it (an episode's: the
+    get_reward() that returned its score); a call that raised has said no number is to be trusted.
     """
     ops = _ops(record)
-    calls = [e for e in record.trajectory if e.get("kind") == "call"]
-    found = []
+    found: list[dict[str, Any]] = []
     for kill in ops:
         if kill.get("route") != KILL_ROUTE or _settled(kill):
             continue
         sid, t = kill.get("sandbox_id"), float(kill.get("t") or 0)
-        owner = next(
-            (c for c in calls if float(c["t"] or 0) <= t <= float(c["t"] or 0) + float(c["seconds"] or 0)),
-            None,
-        )
+        if any(f["sandbox"] == sid for f in found):
+            continue  # one line per sandbox: its later failed kills say nothing more
+        owner = _owner(record, t)
         if owner is None or not owner.get("returned"):
             continue
-        end = float(owner["t"] or 0) + float(owner["seconds"] or 0)
+        end = _end(owner)
         confirmed = any(
             e.get("sandbox_id") == sid
             and e["seq"] > kill["seq"]
@@ -139,13 +185,34 @@ def fault_landed(record: CaseRecord) -> bool:
     return any(e.get("fault") and "delay 0s" not in str(e.get("fault")) for e in _ops(record))
 
 
-def breaks(record: CaseRecord) -> list[Break]:
-    """Every invariant the run in ``record`` broke (none for a harness error or a skip)."""
+def companion_in_verifier(record: CaseRecord, rules: list[str]) -> list[str]:
+    """Sandboxes created once submit() started that a request carried the policy's companion file into
+    (``rules``: the watch rules marking that file after the reset's upload)."""
+    submit = next((c for c in _calls(record) if c.get("name") == "submit"), None)
+    if submit is None or not rules:
+        return []
+    since, ops = float(submit["t"] or 0), _ops(record)
+    late = {str(e["sandbox_id"]) for e in ops if e.get("op") == "create" and float(e.get("t") or 0) >= since}
+    hit = {str(e.get("sandbox_id")) for e in ops if str(e.get("fault") or "").partition(":")[0] in rules}
+    return sorted(hit & late)
+
+
+def breaks(record: CaseRecord, companion: list[str] | None = None) -> list[Break]:
+    """Every invariant the run in ``record`` broke (none for a harness error or a skip).
+
+    ``companion``: an episode's watch rules on the policy's companion file (:func:`companion_in_verifier`).
+    """
     if record.status in ("error", "skipped"):
         return []
     found = []
+    score = scored(record) if record.subject == "episode" else None
     for criterion in record.criteria:
         name = str(criterion.get("id"))
+        if name in ONCE_SCORED and not criterion.get("passed") and score is not None:
+            found.append(
+                Break(ONCE_SCORED[name], {name: criterion.get("actual"), "score": score.get("value")})
+            )
+            continue
         if criterion.get("passed") or criterion.get("relaxed") or name not in CRITERIA:
             continue
         invariant, actual = CRITERIA[name], criterion.get("actual")
@@ -159,4 +226,7 @@ def breaks(record: CaseRecord) -> list[Break]:
     kills = unconfirmed_kills(record)
     if kills:
         found.append(Break(KILL_CONFIRMED, kills))
+    carried = companion_in_verifier(record, companion or [])
+    if carried:
+        found.append(Break(FRESH_VERIFIER, {"verifier_received_the_policys_companion_file": carried}))
     return found

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pytest_e2b_env.explore.invariants import KILL_CONFIRMED, SCORES
+from pytest_e2b_env.explore.invariants import COMMITTED, KILL_CONFIRMED, SCORES
 from pytest_e2b_env.explore.run import Attempt
 from pytest_e2b_env.explore.search import Coverage
 
@@ -18,7 +18,13 @@ def consequence(attempt: Attempt) -> str:
     parts = []
     want, got = attempt.schedule.expected_scores(), attempt.record.rewards
     for broken in attempt.broken:
-        if broken.invariant in ("infrastructure-never-a-number", SCORES) and isinstance(got, list):
+        if (
+            broken.invariant in ("infrastructure-never-a-number", SCORES)
+            and attempt.schedule.subject == "episode"
+        ):
+            what = "an infrastructure fault was scored" if broken.invariant != SCORES else "a wrong score"
+            parts.append(f"get_reward() returned {got} (a correct episode commits {want[0]}): {what}")
+        elif broken.invariant in ("infrastructure-never-a-number", SCORES) and isinstance(got, list):
             wrong = [
                 f"completion {i} scored {g}"
                 for i, (w, g) in enumerate(zip(want, got, strict=False), 1)
@@ -32,6 +38,11 @@ def consequence(attempt: Attempt) -> str:
                     f"the kill of sandbox {kill['sandbox']} answered {kill['kill_answer']} and the "
                     f"{kill['call']} call returned {kill['call_returned']} without confirming it gone"
                 )
+        elif broken.invariant == COMMITTED:
+            alive = broken.observed.get("score_committed_after_cleanup")
+            parts.append(
+                f"get_reward() returned {broken.observed.get('score')} while sandboxes were alive: {alive}"
+            )
         elif broken.invariant == "nothing-alive-after-close":
             parts.append(
                 f"sandbox(es) {', '.join(map(str, broken.observed))} alive after close, never reported"
@@ -64,7 +75,8 @@ def write_finding(
 
     output.mkdir(parents=True, exist_ok=True)
     path = output / f"finding-{run_id}.json"
-    manifest = {"mode": "offline", "kind": "explore", "subject": spec, "seeds": {"seed": seed}}
+    mode = str((extra or {}).get("mode") or "offline")
+    manifest = {"mode": mode, "kind": "explore", "subject": spec, "seeds": {"seed": seed}}
     writer = BundleWriter(output / "evidence", run_id, manifest, secrets=secrets)
     record = attempt.record
     writer.add_case(record.to_dict())

@@ -15,6 +15,7 @@ from pytest_e2b_env.catalog.expected import WATCH
 from pytest_e2b_env.catalog.record import CaseRecord
 from pytest_e2b_env.catalog.runner import run_case
 from pytest_e2b_env.explore.compile import fault_order, to_case
+from pytest_e2b_env.explore.episode import COMPANION
 from pytest_e2b_env.explore.invariants import Break, breaks
 from pytest_e2b_env.explore.schedule import SDK_RETRIES, Schedule
 
@@ -72,6 +73,8 @@ class Attempt:
     landings: list[Landing]
     broken: list[Break] = field(default_factory=list)
     seconds: float = 0.0
+    #: the target cut the run short (live: a create refused at the sandbox cap): it proves nothing
+    stopped: str | None = None
 
     @property
     def harness(self) -> bool:
@@ -115,12 +118,16 @@ def _landings(
     return sorted(out, key=lambda x: x.step)
 
 
-def run_schedule(schedule: Schedule, host: Any, target: Any) -> Attempt:
-    """Run ``schedule`` against the subject in ``host`` on ``target``; never raises for the subject."""
+def run_schedule(schedule: Schedule, host: Any, target: Any, extra_tools: list[str] | None = None) -> Attempt:
+    """Run ``schedule`` against the subject in ``host`` on ``target``; never raises for the subject.
+
+    ``extra_tools``: an episode's model tools besides the terminal and submit (``e2b_episode_tools``).
+    """
     started = time.perf_counter()
     noting = _Noting(target)
-    record = run_case(to_case(schedule), host, noting)  # type: ignore[arg-type]
+    record = run_case(to_case(schedule), host, noting, extra_tools=extra_tools)  # type: ignore[arg-type]
     attempt = Attempt(schedule, record, _landings(schedule, noting.faults.added, record))
-    attempt.broken = breaks(record)
+    companion = [rule for kwargs, rule in noting.faults.added if kwargs.get("contains") == COMPANION]
+    attempt.broken = breaks(record, companion)
     attempt.seconds = time.perf_counter() - started
     return attempt

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pytest_e2b_env.errors import ConfigError
+from pytest_e2b_env.explore.episode import ACTIONS, expected_reward, tool_marker
 
 #: route name -> (the route pattern the fault layer matches, how a sentence names its calls)
 ROUTES: dict[str, tuple[str, str]] = {
@@ -24,6 +25,9 @@ ROUTES: dict[str, tuple[str, str]] = {
     "write": ("POST /files", "file upload"),
     "set_timeout": ("POST /sandboxes/*/timeout", "lifetime renewal"),
     "run_code": ("POST /execute", "run_code cell"),
+    # An episode's own: reading the artifact back, and looking a sandbox up (a kill's confirmation).
+    "read": ("GET /files", "file download"),
+    "info": ("GET /sandboxes/*", "lookup"),
 }
 
 #: fault kind -> (the catalog's fault answer, the routes it is aimed at, how a sentence names it)
@@ -32,18 +36,18 @@ KINDS: dict[str, tuple[dict[str, Any], tuple[str, ...], str]] = {
     "auth": ({"status": 401}, ("create",), "401"),
     "server-error": (
         {"status": 500},
-        ("create", "run", "write", "kill", "set_timeout", "run_code"),
+        ("create", "run", "write", "kill", "set_timeout", "run_code", "read", "info"),
         "500",
     ),
     "unavailable": ({"status": 503}, ("create", "set_timeout"), "503"),
     "lost-sandbox": (
         {"lose_sandbox": True},
-        ("run", "write", "set_timeout", "run_code"),
+        ("run", "write", "set_timeout", "run_code", "read"),
         "a lost sandbox (502 'sandbox was not found' after)",
     ),
     "lost-answer": (
         {"drop_stream": True},
-        ("create", "kill", "run", "write"),
+        ("create", "kill", "run", "write", "read", "info"),
         "a lost answer (the server acted)",
     ),
     "delay": ({"delay": 1.0}, ("create", "run", "kill"), "a 1 s delay"),
@@ -54,6 +58,7 @@ KINDS: dict[str, tuple[dict[str, Any], tuple[str, ...], str]] = {
 SDK_RETRIED = frozenset({429, 502, 503, 504})
 SDK_RETRIES = 3
 
+SUBJECTS = ("reward", "episode")
 BEHAVIOURS = ("correct", "wrong", "hanging", "hostile")
 #: the score a correct reward gives each behaviour (one test case per completion)
 SCORES = {"correct": 1.0, "wrong": 0.0, "hanging": 0.0, "hostile": 0.0}
@@ -113,8 +118,8 @@ class FaultStep:
         if self.nth < 1 or self.times < 1:
             raise ConfigError(f"nth and times start at 1, got nth={self.nth}, times={self.times}")
 
-    def fault(self) -> dict[str, Any]:
-        """The catalog fault rule (``[[case.faults]]``) of this step."""
+    def fault(self, subject: str = "reward") -> dict[str, Any]:
+        """The catalog fault rule (``[[case.faults]]``) of this step (an episode's: a tool call's marker)."""
         rule: dict[str, Any] = {
             "route": ROUTES[self.route][0],
             "answer": dict(KINDS[self.kind][0]),
@@ -124,7 +129,9 @@ class FaultStep:
         if self.sandbox is not None:
             rule["sandbox_nth"] = self.sandbox
         if self.completion is not None:
-            rule["contains"] = marker(self.completion)
+            rule["contains"] = (
+                tool_marker(self.completion) if subject == "episode" else marker(self.completion)
+            )
         return rule
 
     def retried_by_sdk(self) -> bool:
@@ -132,13 +139,13 @@ class FaultStep:
         status = KINDS[self.kind][0].get("status")
         return status in SDK_RETRIED and self.route == "create"
 
-    def words(self) -> str:
+    def words(self, carrier: str = "completion") -> str:
         """``429 (Retry-After 0) x4 on the 2nd create of sandbox 1``."""
         what = KINDS[self.kind][2] + (f" x{self.times}" if self.times > 1 else "")
         call = ROUTES[self.route][1]
         where = f"the {_ordinal(self.nth)} {call}"
         if self.completion is not None:
-            where = f"the {_ordinal(self.nth)} {call} carrying completion {self.completion}"
+            where = f"the {_ordinal(self.nth)} {call} carrying {carrier} {self.completion}"
         if self.sandbox is not None:
             where += f" of sandbox {self.sandbox}"
         return f"{what} on {where}"
@@ -150,43 +157,67 @@ class FaultStep:
 
 @dataclass(frozen=True)
 class Schedule:
-    """A batch of candidate behaviours and the fault steps of one run."""
+    """A batch of candidate behaviours (an episode: its tool calls) and the fault steps of one run.
+
+    ``subject`` is ``reward`` (``behaviours``: one candidate program per completion) or ``episode``
+    (``behaviours``: the model's tool calls before it submits, ``explore.episode.ACTIONS``; a step's
+    ``completion`` is then a tool call).
+    """
 
     behaviours: tuple[str, ...]
     steps: tuple[FaultStep, ...] = field(default_factory=tuple)
+    subject: str = "reward"
 
     def __post_init__(self) -> None:
+        if self.subject not in SUBJECTS:
+            raise ConfigError(f"subject {self.subject!r} is not one of {', '.join(SUBJECTS)}")
+        allowed = BEHAVIOURS if self.subject == "reward" else tuple(ACTIONS)
         if not self.behaviours:
-            raise ConfigError("a schedule needs at least one completion behaviour")
+            raise ConfigError(f"a schedule needs at least one {self.carrier} behaviour")
         for behaviour in self.behaviours:
-            if behaviour not in BEHAVIOURS:
-                raise ConfigError(f"behaviour {behaviour!r} is not one of {', '.join(BEHAVIOURS)}")
+            if behaviour not in allowed:
+                raise ConfigError(f"behaviour {behaviour!r} is not one of {', '.join(allowed)}")
         for step in self.steps:
             if step.completion is not None and not 1 <= step.completion <= len(self.behaviours):
                 raise ConfigError(
-                    f"a step aims at completion {step.completion}, but the batch has {len(self.behaviours)}"
+                    f"a step aims at {self.carrier} {step.completion}, but the schedule has "
+                    f"{len(self.behaviours)}"
                 )
 
+    @property
+    def carrier(self) -> str:
+        """What a step's ``completion`` counts: completions of a batch, or an episode's tool calls."""
+        return "completion" if self.subject == "reward" else "tool call"
+
     def expected_scores(self) -> list[float]:
-        """What a correct reward returns for this batch, in completion order."""
+        """What a correct subject returns: per completion in order (reward), or the one episode reward."""
+        if self.subject == "episode":
+            return [expected_reward(self.behaviours)]
         return [SCORES[b] for b in self.behaviours]
 
     def words(self) -> str:
-        """The schedule in one sentence (faults in order, then the batch)."""
-        batch = ", ".join(f"{i}: {b}" for i, b in enumerate(self.behaviours, 1))
+        """The schedule in one sentence (faults in order, then the batch or the tool calls)."""
+        if self.subject == "episode":
+            calls = ", ".join(f"{i}: {b}" for i, b in enumerate(self.behaviours, 1))
+            batch = f"tool calls {calls}, then submit"
+        else:
+            batch = "completions " + ", ".join(f"{i}: {b}" for i, b in enumerate(self.behaviours, 1))
         if not self.steps:
-            return f"no fault; completions {batch}"
-        faults = ", then ".join(step.words() for step in self.steps)
-        return f"{faults[0].upper()}{faults[1:]}; completions {batch}"
+            return f"no fault; {batch}"
+        faults = ", then ".join(step.words(self.carrier) for step in self.steps)
+        return f"{faults[0].upper()}{faults[1:]}; {batch}"
 
     def size(self) -> tuple[Any, ...]:
         """Fewer steps, then simpler steps, then a smaller batch of more correct programs."""
-        nonzero = sum(b != "correct" for b in self.behaviours)
+        nonzero = sum(b not in ("correct", "repair") for b in self.behaviours)
         return (len(self.steps), sorted(s.size() for s in self.steps), len(self.behaviours), nonzero)
 
     def to_json(self) -> dict[str, Any]:
         """The schedule as JSON data (what a finding file holds and ``--replay`` reads)."""
-        return {"behaviours": list(self.behaviours), "steps": [asdict(s) for s in self.steps]}
+        out: dict[str, Any] = {"behaviours": list(self.behaviours), "steps": [asdict(s) for s in self.steps]}
+        if self.subject != "reward":  # a reward schedule's file reads as it always did
+            out["subject"] = self.subject
+        return out
 
     @classmethod
     def from_json(cls, data: Any) -> Schedule:
@@ -203,4 +234,5 @@ class Schedule:
                 steps.append(FaultStep(**raw))
             except TypeError as exc:
                 raise ConfigError(f"schedule step {raw!r}: {exc}") from None
-        return cls(tuple(str(b) for b in data["behaviours"]), tuple(steps))
+        subject = str(data.get("subject") or "reward")
+        return cls(tuple(str(b) for b in data["behaviours"]), tuple(steps), subject)

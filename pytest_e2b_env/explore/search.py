@@ -30,10 +30,16 @@ OP_ROUTES = {
     "set_timeout": "set_timeout",
     "run_code": "run_code",
 }
+#: ledger ops an episode's faults aim at besides those: reading the artifact back, a lookup
+EPISODE_OPS = {"file_read": "read", "get_info": "info"}
 
 
 class _Broken(Exception):
     """A schedule broke an invariant (Hypothesis shrinks what raises this)."""
+
+
+class _Stopped(Exception):
+    """The target ended the search (live: the sandbox cap); no more schedules run."""
 
 
 @dataclass
@@ -96,12 +102,15 @@ class Outcome:
     first_found_schedules: int | None = None
     seconds: float = 0.0
     shrink_runs: int = 0
+    #: why the target ended the search before its budget (live: the sandbox cap), else None
+    stopped: str | None = None
 
 
 def routes_used(attempt: Attempt) -> dict[str, int]:
     """Route name -> how many calls a clean run made (the only routes a fault can land on)."""
     ops = Counter(str(e.get("op")) for e in attempt.record.trajectory if e.get("kind") == "sandbox_op")
-    return {name: ops[op] for op, name in OP_ROUTES.items() if ops[op] and name in ROUTES}
+    known = OP_ROUTES | (EPISODE_OPS if attempt.schedule.subject == "episode" else {})
+    return {name: ops[op] for op, name in known.items() if ops[op] and name in ROUTES}
 
 
 def database_dir(root: Path, spec: str) -> Path:
@@ -119,8 +128,13 @@ def search(
     max_completions: int = 3,
     max_steps: int = 3,
     on_attempt: Callable[[Attempt], None] | None = None,
+    subject: str = "reward",
 ) -> Outcome:
-    """Search for ``budget`` seconds (shrinking may take as long again); never raises for the subject."""
+    """Search for ``budget`` seconds (shrinking may take as long again); never raises for the subject.
+
+    A run the target cut short (:attr:`Attempt.stopped`: live, the sandbox cap) ends the search at
+    once, shrinking included: the outcome says so, with the coverage up to then.
+    """
     from hypothesis import HealthCheck, Verbosity, assume, given, settings
     from hypothesis import seed as seeded
     from hypothesis import strategies as st
@@ -135,13 +149,19 @@ def search(
     stop_generating = started + budget
     stop_shrinking = [started + budget * 1.5]
     coverage = Coverage()
+    outcome_stopped: list[str] = []
     broken: list[Attempt] = []
     found_at: list[float] = []
 
     seen: dict[Schedule, Attempt] = {}
 
     def attempt(schedule: Schedule) -> Attempt:
+        if outcome_stopped:
+            raise _Stopped(outcome_stopped[0])
         result = run(schedule)
+        if result.stopped:
+            outcome_stopped.append(result.stopped)
+            raise _Stopped(result.stopped)
         coverage.add(result)
         if on_attempt is not None:
             on_attempt(result)
@@ -163,7 +183,7 @@ def search(
         places = positions_after(previous, seq + 1 if previous.schedule.steps else 0)
         places = [p for p in places if any(route == p.route for _, route in kinds_for(routes))]
         if not places or data.draw(st.integers(0, 7), label="free step") == 7:
-            return data.draw(free_step(routes, len(previous.schedule.behaviours)), label="free")
+            return data.draw(free_step(routes, len(previous.schedule.behaviours), subject), label="free")
         # Half the time one of the two calls right after the fault: its direct consequences (the
         # lost sandbox's kill, its replacement's create) are where a second fault meets the first.
         near = bool(previous.schedule.steps) and data.draw(st.booleans(), label="near")
@@ -187,7 +207,7 @@ def search(
     @seeded(seed)
     @given(st.data())
     def probe(data: Any) -> None:
-        behaviours = tuple(data.draw(batches(max_completions), label="behaviours"))
+        behaviours = tuple(data.draw(batches(max_completions, subject), label="behaviours"))
         # Two steps first (what Hypothesis' choices shrink toward): combinations are the point, and
         # the last shrink pass removes a step the break does not need.
         count = data.draw(
@@ -196,15 +216,17 @@ def search(
         previous = clean.get(behaviours)
         steps: list[FaultStep] = []
         for _ in range(count):
-            assume(time.monotonic() < (stop_shrinking[0] if broken else stop_generating))
+            assume(
+                not outcome_stopped and time.monotonic() < (stop_shrinking[0] if broken else stop_generating)
+            )
             if previous is None:  # the batch's clean run: what the first step aims at (kept)
-                previous = clean[behaviours] = once(Schedule(behaviours))
+                previous = clean[behaviours] = once(Schedule(behaviours, subject=subject))
                 check(previous)
             step = step_after(data, previous)
             if step is None:
                 return
             steps.append(step)
-            previous = once(Schedule(behaviours, tuple(steps)))
+            previous = once(Schedule(behaviours, tuple(steps), subject))
             check(previous)
 
     def check(result: Attempt) -> None:
@@ -227,7 +249,11 @@ def search(
     if broken:
         smallest = min(broken, key=lambda a: a.schedule.size())
         last = max(started + 2 * budget - time.monotonic(), budget / 2)
-        outcome.finding, outcome.shrink_runs = minimise(smallest, once, time.monotonic() + last)
+        try:
+            outcome.finding, outcome.shrink_runs = minimise(smallest, once, time.monotonic() + last)
+        except _Stopped:  # the target stopped the shrinking: the smallest break so far stands
+            outcome.finding = min(broken, key=lambda a: a.schedule.size())
+    outcome.stopped = outcome_stopped[0] if outcome_stopped else None
     outcome.seconds = time.monotonic() - started
     return outcome
 
@@ -246,12 +272,11 @@ def _simpler(schedule: Schedule) -> list[Schedule]:
     last = len(schedule.behaviours)
     if last > 1 and all((s.completion or 0) < last for s in schedule.steps):
         out.append(replace(schedule, behaviours=schedule.behaviours[:-1]))
+    plain = "correct" if schedule.subject == "reward" else "repair"
     for i, behaviour in enumerate(schedule.behaviours):
-        if behaviour != "correct":
+        if behaviour != plain:
             out.append(
-                replace(
-                    schedule, behaviours=(*schedule.behaviours[:i], "correct", *schedule.behaviours[i + 1 :])
-                )
+                replace(schedule, behaviours=(*schedule.behaviours[:i], plain, *schedule.behaviours[i + 1 :]))
             )
     return out
 

@@ -18,8 +18,15 @@ from pytest_e2b_env.explore.schedule import KINDS, FaultStep, Schedule
 #: behaviours as drawn: correct first (what shrinking tends to); a hanging program rare (1 in 41),
 #: since it costs the subject's whole deadline (a fast schedule costs a fraction of a second)
 DRAWN = (*("correct", "wrong", "correct", "hostile") * 10, "hanging")
-#: routes whose request bodies carry a completion's program (an upload, a command, a cell)
-CARRIERS = ("write", "run", "run_code")
+#: an episode's tool calls as drawn: the repair most (an outage scored as the starter's 0.0 shows
+#: only against a 1.0), a look at the program twice, a wrong and a hostile program once
+DRAWN_ACTIONS = ("repair", "look", "repair", "wrong", "repair", "look", "hostile")
+#: routes whose request bodies carry a completion's program (an upload, a command, a cell); an
+#: episode's tool call is a command
+CARRIERS = {"reward": ("write", "run", "run_code"), "episode": ("run",)}
+#: sandboxes a step may pin, past the batch size (reward: a replacement) or in all (episode: the
+#: policy sandbox, the verifier, one replacement)
+EPISODE_SANDBOXES = 3
 #: how far past the clean run's count of a route a step may aim (a retry adds calls)
 MAX_NTH = 3
 
@@ -41,34 +48,44 @@ def weighted(route: str) -> list[str]:
 
 
 @st.composite
-def free_step(draw: Any, routes: Mapping[str, int], completions: int) -> FaultStep:
+def free_step(draw: Any, routes: Mapping[str, int], completions: int, subject: str = "reward") -> FaultStep:
     kind, route = draw(st.sampled_from(kinds_for(routes)))
     reach = min(MAX_NTH, max(1, routes[route]) * completions)
     where = draw(
-        st.sampled_from(("call", "sandbox", "completion") if route in CARRIERS else ("call", "sandbox"))
+        st.sampled_from(
+            ("call", "sandbox", "completion") if route in CARRIERS[subject] else ("call", "sandbox")
+        )
     )
+    sandboxes = completions + 1 if subject == "reward" else EPISODE_SANDBOXES
     return FaultStep(
         kind,
         route,
         nth=draw(st.integers(1, reach)),
         times=draw(st.sampled_from((1, 2, 4))),
-        sandbox=draw(st.integers(1, completions + 1)) if where == "sandbox" else None,
+        sandbox=draw(st.integers(1, sandboxes)) if where == "sandbox" else None,
         completion=draw(st.integers(1, completions)) if where == "completion" else None,
     )
 
 
-def batches(max_completions: int = 3) -> st.SearchStrategy[list[str]]:
-    """A batch of candidate behaviours, one per completion."""
-    return st.lists(st.sampled_from(DRAWN), min_size=1, max_size=max_completions)
+def batches(max_completions: int = 3, subject: str = "reward") -> st.SearchStrategy[list[str]]:
+    """A batch of candidate behaviours, one per completion (an episode: its tool calls before submit)."""
+    drawn = DRAWN if subject == "reward" else DRAWN_ACTIONS
+    return st.lists(st.sampled_from(drawn), min_size=1, max_size=max_completions)
 
 
 @st.composite
-def schedules(draw: Any, routes: Mapping[str, int], max_completions: int = 3, max_steps: int = 3) -> Schedule:
+def schedules(
+    draw: Any,
+    routes: Mapping[str, int],
+    max_completions: int = 3,
+    max_steps: int = 3,
+    subject: str = "reward",
+) -> Schedule:
     """A schedule over ``routes`` (route name -> calls a clean one-completion run made)."""
-    behaviours = draw(batches(max_completions))
+    behaviours = tuple(draw(batches(max_completions, subject)))
     if not kinds_for(routes) or max_steps < 1:
-        return Schedule(tuple(behaviours))
+        return Schedule(behaviours, subject=subject)
     # As many schedules of two and three steps as of one: combinations are what this search is for.
     count = draw(st.integers(1, max_steps))
-    steps = draw(st.lists(free_step(routes, len(behaviours)), min_size=count, max_size=count))
-    return Schedule(tuple(behaviours), tuple(steps))
+    steps = draw(st.lists(free_step(routes, len(behaviours), subject), min_size=count, max_size=count))
+    return Schedule(behaviours, tuple(steps), subject)

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_e2b_env.errors import ConfigError, FaultRuleError, InfrastructureError
+from pytest_e2b_env.proxy.cap import CreateCap
 from pytest_e2b_env.proxy.forward import Forwarder
 from pytest_e2b_env.proxy.routing import domain_of_api_url
 from pytest_e2b_env.proxy.serve import ThreadedServer
@@ -115,6 +116,8 @@ class FaultProxy:
     ``$PYTEST_E2B_ENV_LIVE_SANDBOX_URL`` is used when set). ``api_key`` is the
     upstream key, used only to kill a sandbox for a ``lose_sandbox`` fault and handed to the
     SDK by :meth:`sdk_env` / :meth:`sdk_opts` (default: ``$E2B_API_KEY``); it is never logged.
+    ``max_creates`` caps the creates forwarded upstream (:mod:`~pytest_e2b_env.proxy.cap`): past it
+    a create answers 403 naming the cap, and :attr:`cap` counts what was refused.
     """
 
     def __init__(
@@ -125,6 +128,7 @@ class FaultProxy:
         api_key: str | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
+        max_creates: int | None = None,
     ) -> None:
         if upstream_api_url is None:
             # Live default (never E2B_API_URL: see pytest_e2b_env.settings.live_upstream).
@@ -160,8 +164,10 @@ class FaultProxy:
         self._forwarder = Forwarder(
             self.upstream_api_url, sandbox_url=self.upstream_sandbox_url, domain_for=self._domain_for
         )
+        # The cap sits behind the fault layer: a create a fault answered never reached the upstream.
+        self.cap = CreateCap(self._forwarder, max_creates) if max_creates is not None else None
         recorded = RecordingMiddleware(
-            FaultMiddleware(self._forwarder, self._plan, _UpstreamTarget(self)),
+            FaultMiddleware(self.cap or self._forwarder, self._plan, _UpstreamTarget(self)),
             self._ledger,
             on_sandbox=self._learn_sandbox,
         )

@@ -184,7 +184,12 @@ def open_target(settings: TargetSettings) -> Target:
             from pytest_e2b_env.proxy import FaultProxy
         except ImportError as exc:
             raise InfrastructureError(f"the live fault proxy is unavailable: {type(exc).__name__}") from None
-        proxy = FaultProxy(settings.api_url, settings.sandbox_url, api_key=settings.api_key)
+        proxy = FaultProxy(
+            settings.api_url,
+            settings.sandbox_url,
+            api_key=settings.api_key,
+            max_creates=settings.max_sandboxes,
+        )
         proxy.__enter__()
         return Target(proxy, settings, closer=proxy.close)
     from pytest_e2b_env.emulator import Emulator

@@ -19,6 +19,21 @@ DEFECTS = {
     "explore_reward_retry_budget:make_reward": ("infrastructure-never-a-number", {"lost-sandbox"}, "2"),
     "explore_reward_replacement_zero:make_reward": ("infrastructure-never-a-number", {"lost-sandbox"}, "1"),
 }
+#: each episode defect: the invariant it breaks, the fault kinds its shrunk schedule must hold, and
+#: the bound on tool calls before submit (one is enough for both)
+EPISODE_DEFECTS = {
+    "explore_episode_verifier_retry:VerifierRetryEpisode": (
+        "score-committed-after-cleanup",
+        {"lost-answer"},
+        "1",
+    ),
+    # a kill that fails (a 500 or a kill that does nothing), then a lookup answering 500
+    "explore_episode_lookup_trusted:LookupTrustedEpisode": (
+        "score-committed-after-cleanup",
+        {"server-error"},
+        "1",
+    ),
+}
 #: A search stops at its first break, so the defects get room for a loaded machine (each was found
 #: in 1.5 to 130 s of search at this seed); the correct pool gets the search time that finds them.
 FIND_BUDGET = "300"
@@ -26,15 +41,15 @@ BUDGET = "120"
 SEED = "4"
 
 
-def user_project(tmp_path: Path, spec: str) -> Path:
+def user_project(tmp_path: Path, spec: str, kind: str = "reward") -> Path:
     """A project whose pytest ini names the subject, as a user sets it up for validate."""
     project = tmp_path / "project"
     project.mkdir()
-    (project / "pytest.ini").write_text(f"[pytest]\npythonpath = {SUBJECTS}\ne2b_reward_subject = {spec}\n")
+    (project / "pytest.ini").write_text(f"[pytest]\npythonpath = {SUBJECTS}\ne2b_{kind}_subject = {spec}\n")
     return project
 
 
-def explore(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def explore(project: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "pytest_e2b_env.cli", "explore", *args],
         cwd=project,
@@ -42,25 +57,33 @@ def explore(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=600,
         check=False,
+        env=env,
     )
 
 
-def breaks(spec: str, schedule: Schedule, runs: int = 2) -> bool:
+def broken(spec: str, schedule: Schedule, runs: int = 2) -> set[str]:
+    """The invariants ``schedule`` breaks against ``spec`` in ``runs`` runs (their union)."""
     sys.path.insert(0, str(SUBJECTS))  # where the case host imports the sample from
     try:
-        with ExploreSession(spec) as session:
-            return any(session.run(schedule).broken for _ in range(runs))
+        with ExploreSession(spec, kind=schedule.subject) as session:
+            return {b.invariant for _ in range(runs) for b in session.run(schedule).broken}
     finally:
         sys.path.remove(str(SUBJECTS))
 
 
+def breaks(spec: str, schedule: Schedule, runs: int = 2) -> bool:
+    return bool(broken(spec, schedule, runs))
+
+
 def check_found(spec: str, tmp_path: Path) -> None:
     """Within budget and seed the break is found, written, shrunk so each step is needed, and replayed."""
-    invariant, kinds, batch = DEFECTS[spec]
-    project = user_project(tmp_path, spec)
+    kind = "episode" if spec in EPISODE_DEFECTS else "reward"
+    invariant, kinds, batch = (EPISODE_DEFECTS if kind == "episode" else DEFECTS)[spec]
+    project = user_project(tmp_path, spec, kind)
     out = tmp_path / "out"
     # Each defect needs two faults: the search is bounded to that (as a user bounds it with these options).
-    args = ["--budget", FIND_BUDGET, "--seed", SEED, "--max-completions", batch, "--max-steps", "2"]
+    args = ["--subject", kind, "--budget", FIND_BUDGET, "--seed", SEED, "--max-completions", batch]
+    args += ["--max-steps", "2"]
     args += ["--output", str(out), "-q"]
     found = explore(project, *args)
     assert found.returncode == 1, found.stdout + found.stderr
@@ -73,11 +96,23 @@ def check_found(spec: str, tmp_path: Path) -> None:
     assert invariant in [b["invariant"] for b in doc["invariant"]]
     assert verify_bundle(Path(doc["evidence"])) == []
     schedule = Schedule.from_json(doc["schedule"])
+    assert schedule.subject == kind
     assert kinds <= {s.kind for s in schedule.steps}, schedule.words()
     assert all(landed["fired"] > 0 for landed in doc["run"]["landed"]), doc["run"]
     for i in range(len(schedule.steps)):  # minimal: without any one of its steps, nothing breaks
-        fewer = Schedule(schedule.behaviours, schedule.steps[:i] + schedule.steps[i + 1 :])
+        fewer = Schedule(schedule.behaviours, schedule.steps[:i] + schedule.steps[i + 1 :], schedule.subject)
         assert not breaks(spec, fewer), fewer.words()
     replayed = explore(project, "--replay", str(path))
     assert replayed.returncode == 1, replayed.stdout + replayed.stderr
     assert invariant in replayed.stdout
+
+
+def check_clean(spec: str, tmp_path: Path, kind: str = "reward") -> None:
+    """Nothing breaks within the budget and seed: the coverage line is printed, no finding written."""
+    project, out = user_project(tmp_path, spec, kind), tmp_path / "out"
+    args = ["--subject", kind, "--budget", BUDGET, "--seed", SEED, "--output", str(out), "-q"]
+    clean = explore(project, *args)
+    assert clean.returncode == 0, clean.stdout[-3000:] + clean.stderr[-2000:]
+    assert "explore: no invariant broke" in clean.stdout
+    assert "coverage: " in clean.stdout
+    assert not list(out.glob("finding-*.json"))

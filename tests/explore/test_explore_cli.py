@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from explore_helpers import BUDGET, DEFECTS, SEED, SUBJECTS, breaks, explore, user_project
+from explore_helpers import DEFECTS, EPISODE_DEFECTS, SUBJECTS, breaks, broken, check_clean
 
 from pytest_e2b_env.cli.explore import main
 from pytest_e2b_env.explore.schedule import Schedule
@@ -18,18 +18,31 @@ from pytest_e2b_env.explore.schedule import Schedule
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--subject", "episode"], "--subject episode is not supported yet"),
-        (["--live"], "--live is not supported yet: explore runs offline on the local emulator; drop --live"),
         (["--budget", "0"], "--budget 0: give a positive number of seconds, e.g. --budget 120"),
         (["--replay", "nowhere.json"], "--replay 'nowhere.json': no such file"),
+        (["--max-sandboxes", "5"], "--max-sandboxes 5 caps a live search only; add --live or drop it"),
+        (["--live", "--max-sandboxes", "0"], "--max-sandboxes 0: give 1 or more, e.g. --max-sandboxes 50"),
     ],
 )
 def test_a_usage_error_is_exit_2_and_names_the_fix(
-    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Nothing starts: the message names the bad value and what to do."""
+    monkeypatch.setenv("E2B_API_KEY", "e2b_" + "0" * 40)
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_live_without_a_key_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--live with no E2B_API_KEY stops at once with exit 2, naming the variable and the offline way."""
+    monkeypatch.delenv("E2B_API_KEY", raising=False)
+    assert main(["--live", "--subject", "episode"]) == 2
+    assert (
+        "--live needs E2B_API_KEY in the environment (the key of the E2B team to search on); "
+        "export it, or drop --live to search on the local emulator"
+    ) in capsys.readouterr().err
 
 
 def test_a_subject_that_does_not_import_is_a_usage_error(
@@ -45,12 +58,22 @@ def test_a_subject_that_does_not_import_is_a_usage_error(
 @pytest.mark.slow
 def test_a_correct_pool_explores_clean_for_the_same_budget(tmp_path: Path) -> None:
     """The baseline the defects derive from breaks nothing in the same budget and seed (no false failure)."""
-    project = user_project(tmp_path, "baseline_reward_pool:SandboxPool")
-    clean = explore(project, "--budget", BUDGET, "--seed", SEED, "--output", str(tmp_path / "out"), "-q")
-    assert clean.returncode == 0, clean.stdout + clean.stderr
-    assert "explore: no invariant broke" in clean.stdout
-    assert "coverage: " in clean.stdout
-    assert not list((tmp_path / "out").glob("finding-*.json"))
+    check_clean("baseline_reward_pool:SandboxPool", tmp_path)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("spec", sorted(EPISODE_DEFECTS))
+def test_the_catalog_passes_each_episode_defect_explore_finds(spec: str) -> None:
+    """The episode families each defect lives in pass it: the gap the search closes (one validate each)."""
+    from pytest_e2b_env.catalog.catch import Sample, run_sample
+
+    module = spec.partition(":")[0]
+    sample = Sample(SUBJECTS / f"{module}.py", spec, "episode")
+    families = ["lost-worker", "cleanup-failure", "rate-limit", "auth", "live-fault", "lifecycle"]
+    outcome = run_sample(sample, families=families)
+    assert outcome.problem is None, outcome.problem
+    assert outcome.clean, outcome.reasons
+    assert outcome.counts.get("passed", 0) >= 10, outcome.counts
 
 
 @pytest.mark.full
@@ -77,3 +100,17 @@ def test_the_bundled_reward_confirms_a_dropped_workers_kill_before_its_score(tim
     steps = [lost, {"kind": "kill-fails", "route": "kill", "times": times}]
     schedule = Schedule.from_json({"behaviours": ["correct"], "steps": steps})
     assert not breaks("pytest_e2b_env.reward:reward_subject", schedule)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize(
+    "spec",
+    ["episode_copies_workdir:Subject", "baseline_episode_home_verifier_online:OnlineVerifierEpisode"],
+    ids=["companion-file-in-verifier", "verifier-online"],
+)
+def test_a_verifier_that_is_not_fresh_and_offline_breaks_it(spec: str) -> None:
+    """With no fault at all, a verifier that receives the policy's other files, or has the internet,
+    breaks verifier-fresh-and-offline; the correct episode on the same schedule breaks nothing."""
+    schedule = Schedule(("repair",), subject="episode")
+    assert "verifier-fresh-and-offline" in broken(spec, schedule, runs=1)
+    assert not broken("baseline_episode_home:RepairEpisode", schedule, runs=1)

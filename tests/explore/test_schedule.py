@@ -85,3 +85,40 @@ def test_each_program_carries_its_completion_marker(behaviour: str, completion: 
     source = program(behaviour, completion)
     assert marker(completion) in source
     compile(source, "<program>", "exec")
+
+
+EPISODE_ROUTES = {"create": 2, "kill": 2, "run": 2, "write": 2, "read": 1, "info": 2}
+
+
+@settings(max_examples=60, deadline=None)
+@given(schedules(EPISODE_ROUTES, subject="episode"))
+def test_an_episode_schedule_survives_its_json_and_compiles(schedule: Schedule) -> None:
+    """An episode schedule reads back as itself and is an episode case: its tool calls then submit, its
+    steps plus the companion watch, and the catalog's verifier and cleanup predicates."""
+    assert Schedule.from_json(schedule.to_json()) == schedule
+    case = to_case(schedule)
+    assert case.subject == "episode"
+    assert case.episode is not None
+    assert [s.tool for s in case.episode.script] == ["terminal"] * len(schedule.behaviours) + ["submit"]
+    assert len(case.faults) == len(schedule.steps) + 1
+    assert case.expect == {
+        "score_mask_or_raise": schedule.expected_scores()[0],
+        "verifier_created": True,
+        "verifier_offline": True,
+        "score_committed_after_cleanup": True,
+    }
+    assert case.never_in_sandbox
+
+
+def test_an_episode_schedule_reads_as_one_sentence_and_aims_at_a_tool_call() -> None:
+    """A step aimed at a tool call matches that call's marked command; the last program written decides."""
+    step = FaultStep("lost-sandbox", "run", completion=2)
+    schedule = Schedule(("repair", "look", "wrong"), (step,), "episode")
+    assert schedule.words() == (
+        "A lost sandbox (502 'sandbox was not found' after) on the 1st command carrying tool call 2; "
+        "tool calls 1: repair, 2: look, 3: wrong, then submit"
+    )
+    assert step.fault("episode")["contains"] == "explore-tool-2;"
+    assert "explore-tool-2;" in to_case(schedule).episode.script[1].args["command"]  # type: ignore[union-attr]
+    assert schedule.expected_scores() == [0.0]
+    assert Schedule(("wrong", "repair", "look"), subject="episode").expected_scores() == [1.0]
