@@ -184,6 +184,9 @@ def search(
         places = [p for p in places if any(route == p.route for _, route in kinds_for(routes))]
         if not places or data.draw(st.integers(0, 7), label="free step") == 7:
             return data.draw(free_step(routes, len(previous.schedule.behaviours), subject), label="free")
+        mirrored = _mirror(data, previous.schedule) if subject == "reward" else None
+        if mirrored is not None:
+            return mirrored
         # Half the time one of the two calls right after the fault: its direct consequences (the
         # lost sandbox's kill, its replacement's create) are where a second fault meets the first.
         near = bool(previous.schedule.steps) and data.draw(st.booleans(), label="near")
@@ -195,6 +198,22 @@ def search(
                 kind, place.route, nth=place.nth_on_sandbox or 1, times=times, sandbox=place.sandbox
             )
         return FaultStep(kind, place.route, nth=place.nth, times=times)
+
+    def _mirror(data: Any, schedule: Schedule) -> FaultStep | None:
+        """A quarter of the time, the last step's fault again on another completion or sandbox of the
+        batch (or the route's next call): an outage seldom takes one worker alone, and a pool that
+        handles one lost worker can still score the second as a wrong answer."""
+        completions = len(schedule.behaviours)
+        if not schedule.steps or completions < 2 or data.draw(st.integers(0, 3), label="mirror") != 0:
+            return None
+        last = schedule.steps[-1]
+        if last.completion is not None:
+            other = [n for n in range(1, completions + 1) if n != last.completion]
+            return replace(last, completion=data.draw(st.sampled_from(other), label="other completion"))
+        if last.sandbox is not None:
+            other = [n for n in range(1, completions + 2) if n != last.sandbox]
+            return replace(last, sandbox=data.draw(st.sampled_from(other), label="other sandbox"))
+        return replace(last, nth=last.nth + 1)
 
     @settings(
         max_examples=max(50, int(budget * 2)),
