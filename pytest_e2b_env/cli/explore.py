@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pytest_e2b_env.cli.validate import add_subject_options
+
 OK, BROKEN, USAGE, INTERNAL, CAPPED = 0, 1, 2, 3, 4
 #: sandboxes a live search may create when --max-sandboxes is not given
 DEFAULT_MAX_SANDBOXES = 50
@@ -44,15 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="Hypothesis seed (0)")
     parser.add_argument("--output", default="e2b-explore", metavar="DIR", help="findings, bundles, database")
     parser.add_argument("--replay", default=None, metavar="FILE", help="replay a finding file instead")
-    parser.add_argument(
-        "--reward-subject", default=None, metavar="MODULE:FACTORY", help="reward code (overrides the ini key)"
-    )
-    parser.add_argument(
-        "--episode-subject",
-        default=None,
-        metavar="MODULE:CLASS",
-        help="episode class (overrides the ini key)",
-    )
+    add_subject_options(parser)
     parser.add_argument(
         "--max-completions",
         type=int,

@@ -34,6 +34,19 @@ EXIT_CODES: dict[int, int] = {
 }
 
 
+def add_subject_options(parser: argparse.ArgumentParser) -> None:
+    """``--reward-subject`` and ``--episode-subject``, for every command reading the ini's subjects."""
+    parser.add_argument(
+        "--reward-subject", default=None, metavar="MODULE:FACTORY", help="reward code (overrides the ini key)"
+    )
+    parser.add_argument(
+        "--episode-subject",
+        default=None,
+        metavar="MODULE:CLASS",
+        help="episode class (overrides the ini key)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``validate`` argument parser."""
     parser = argparse.ArgumentParser(
@@ -62,15 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="case file or directory (default: the project's, bundled)",
     )
-    parser.add_argument(
-        "--reward-subject", default=None, metavar="MODULE:FACTORY", help="reward code (overrides the ini key)"
-    )
-    parser.add_argument(
-        "--episode-subject",
-        default=None,
-        metavar="MODULE:CLASS",
-        help="episode class (overrides the ini key)",
-    )
+    add_subject_options(parser)
     parser.add_argument(
         "--relax",
         default="",
