@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import threading
 from collections.abc import Callable, Coroutine
@@ -13,6 +14,20 @@ import uvicorn
 from pytest_e2b_env.errors import InfrastructureError
 
 T = TypeVar("T")
+
+
+class _DropsDeliberateCuts(logging.Filter):
+    """Drops uvicorn's error line for an answer ended without completing it.
+
+    The fault proxy ends answers that way on purpose (a lost answer, a body the upstream cut), and
+    the client sees the cut itself; a line per fault on stderr only buries the real errors.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != "ASGI callable returned without completing response."
+
+
+_CUT_FILTER = _DropsDeliberateCuts()
 
 
 class _Server(uvicorn.Server):
@@ -54,6 +69,7 @@ class ThreadedServer:
             timeout_graceful_shutdown=3,
         )
         self._server = _Server(config)
+        logging.getLogger("uvicorn.error").addFilter(_CUT_FILTER)  # idempotent: one filter object
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
