@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_e2b_env.environ import snapshot
+
 MANIFEST = "samples.toml"
 
 
@@ -173,7 +175,7 @@ def run_sample(
         # One case at a time per sample: samples already run side by side (run_all), and a
         # sample's fixed timing constants were written for a machine that is not oversubscribed.
         cmd += ["--", "--e2b-lanes", "1", "-p", "pytest_e2b_env.plugin"] + (["-x"] if first_failure else [])
-        env = dict(os.environ)
+        env = snapshot()  # samples start from threads (run_all) while pytest's thread sets its variables
         here = str(sample.path.parent.resolve())
         env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # this plugin only (loaded by -p above)

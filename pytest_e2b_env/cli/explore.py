@@ -56,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--max-steps", type=int, default=3, metavar="N", help="fault steps bound (3)")
     parser.add_argument(
+        "--faults",
+        default=None,
+        metavar="KIND[,KIND]",
+        help="draw only these fault kinds (default: all of " + ", ".join(_kinds()) + ")",
+    )
+    parser.add_argument(
         "--live",
         action="store_true",
         help="through the fault proxy to real E2B (E2B_API_KEY from the environment)",
@@ -69,6 +75,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-q", dest="quiet", action="store_true", help="no line per schedule")
     return parser
+
+
+def _kinds() -> tuple[str, ...]:
+    from pytest_e2b_env.explore.schedule import KINDS
+
+    return tuple(KINDS)
+
+
+def _faults(options: argparse.Namespace) -> tuple[str, ...] | None:
+    """The kinds ``--faults`` names, in the order given (None: every kind)."""
+    if options.faults is None:
+        return None
+    return tuple(dict.fromkeys(k.strip() for k in options.faults.split(",") if k.strip()))
 
 
 def _problem(options: argparse.Namespace) -> str | None:
@@ -89,6 +108,16 @@ def _problem(options: argparse.Namespace) -> str | None:
         return f"--max-completions {options.max_completions}: give 1 to 4"
     if not 0 <= options.max_steps <= 6:
         return f"--max-steps {options.max_steps}: give 0 to 6"
+    faults = _faults(options)
+    if faults is not None:
+        unknown = [k for k in faults if k not in _kinds()] or ([] if faults else [repr(options.faults)])
+        if unknown:
+            return (
+                f"--faults: {', '.join(unknown)} is not a fault kind; name one or more of "
+                f"{', '.join(_kinds())}, e.g. --faults lost-sandbox,server-error"
+            )
+        if options.replay:
+            return "--faults bounds a search; a replay runs the finding's own schedule: drop one of them"
     if options.replay and not Path(options.replay).is_file():
         return f"--replay {options.replay!r}: no such file; give a finding-*.json that explore wrote"
     return None
@@ -158,6 +187,7 @@ def _search(options: argparse.Namespace) -> int:
     from pytest_e2b_env.explore.report import consequence, write_finding
     from pytest_e2b_env.explore.schedule import Schedule
     from pytest_e2b_env.explore.search import database_dir, routes_used, search
+    from pytest_e2b_env.explore.strategies import kinds_for
     from pytest_e2b_env.settings import new_run_id
 
     kind = options.subject
@@ -172,11 +202,20 @@ def _search(options: argparse.Namespace) -> int:
             _say(f"explore: stopped before the search began: {probe.stopped}")
             return CAPPED
         routes = routes_used(probe)
+        used = f"{', '.join(f'{r} x{n}' for r, n in routes.items()) or 'none'}"
+        faults = _faults(options)
+        drawn = "" if faults is None else f", faults {','.join(faults)}"
         _say(
             f"explore: {kind} subject {spec} ({ini or 'no pytest ini'}), {_where(options)}, seed "
-            f"{options.seed}, budget {options.budget:g} s; routes a clean run used: "
-            f"{', '.join(f'{r} x{n}' for r, n in routes.items()) or 'none'}"
+            f"{options.seed}, budget {options.budget:g} s{drawn}; routes a clean run used: {used}"
         )
+        if faults is not None and not kinds_for(routes, faults):
+            print(
+                f"pytest-e2b-env explore: --faults {','.join(faults)}: none of these kinds is aimed at a "
+                f"route the clean run used ({used}); name a kind that is, e.g. --faults server-error",
+                file=sys.stderr,
+            )
+            return USAGE
 
         def show(attempt: Any) -> None:
             if not options.quiet:
@@ -197,6 +236,7 @@ def _search(options: argparse.Namespace) -> int:
             max_steps=options.max_steps,
             on_attempt=show,
             subject=kind,
+            faults=faults,
         )
         finding = outcome.finding
         cap = session.cap

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+
+from pytest_e2b_env.environ import snapshot
 
 MARKER = "[REDACTED]"
 # Used when replacing values keeps producing new matches (a secret overlapping the marker).
@@ -103,7 +104,7 @@ def env_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
 
 
 def _named_env_secrets(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = os.environ if environ is None else environ
+    env = snapshot() if environ is None else environ
     return {k: v for k, v in env.items() if _SECRET_NAME.search(k) and len(v.strip()) >= MIN_ENV_SECRET}
 
 

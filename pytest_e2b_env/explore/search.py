@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -129,8 +129,11 @@ def search(
     max_steps: int = 3,
     on_attempt: Callable[[Attempt], None] | None = None,
     subject: str = "reward",
+    faults: Collection[str] | None = None,
 ) -> Outcome:
     """Search for ``budget`` seconds (shrinking may take as long again); never raises for the subject.
+
+    ``faults``: the fault kinds steps may be (``explore --faults``); None, every kind.
 
     A run the target cut short (:attr:`Attempt.stopped`: live, the sandbox cap) ends the search at
     once, shrinking included: the outcome says so, with the coverage up to then.
@@ -181,9 +184,10 @@ def search(
         if seq is None:
             return None  # the last step never fired: nothing after it to aim at
         places = positions_after(previous, seq + 1 if previous.schedule.steps else 0)
-        places = [p for p in places if any(route == p.route for _, route in kinds_for(routes))]
+        places = [p for p in places if any(route == p.route for _, route in kinds_for(routes, faults))]
         if not places or data.draw(st.integers(0, 7), label="free step") == 7:
-            return data.draw(free_step(routes, len(previous.schedule.behaviours), subject), label="free")
+            free = free_step(routes, len(previous.schedule.behaviours), subject, faults)
+            return data.draw(free, label="free")
         mirrored = _mirror(data, previous.schedule) if subject == "reward" else None
         if mirrored is not None:
             return mirrored
@@ -191,7 +195,7 @@ def search(
         # lost sandbox's kill, its replacement's create) are where a second fault meets the first.
         near = bool(previous.schedule.steps) and data.draw(st.booleans(), label="near")
         place = data.draw(st.sampled_from(places[:2] if near else places), label="aimed at")
-        kind = data.draw(st.sampled_from(weighted(place.route)), label="kind")
+        kind = data.draw(st.sampled_from(weighted(place.route, faults)), label="kind")
         times = data.draw(st.sampled_from((1, 2, 4)), label="times")
         if place.sandbox is not None and data.draw(st.booleans(), label="pinned"):
             return FaultStep(

@@ -8,7 +8,7 @@ toward the simple end: fewer steps, the first call, one repeat, no pinning, corr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from hypothesis import strategies as st
@@ -31,9 +31,18 @@ EPISODE_SANDBOXES = 3
 MAX_NTH = 3
 
 
-def kinds_for(routes: Mapping[str, int]) -> list[tuple[str, str]]:
-    """Every (kind, route) pair aimed at a route the subject used, in the catalog's kind order."""
-    return [(kind, route) for kind, (_, aimed, _) in KINDS.items() for route in aimed if route in routes]
+def kinds_for(routes: Mapping[str, int], faults: Collection[str] | None = None) -> list[tuple[str, str]]:
+    """Every (kind, route) pair aimed at a route the subject used, in the catalog's kind order.
+
+    ``faults``: the kinds the search may draw (``explore --faults``); None, every kind.
+    """
+    return [
+        (kind, route)
+        for kind, (_, aimed, _) in KINDS.items()
+        if faults is None or kind in faults
+        for route in aimed
+        if route in routes
+    ]
 
 
 #: how often each kind is drawn among those aimed at a route: a lost sandbox (what starts a lost
@@ -41,15 +50,21 @@ def kinds_for(routes: Mapping[str, int]) -> list[tuple[str, str]]:
 WEIGHTS = {"lost-sandbox": 3, "kill-fails": 2, "server-error": 2}
 
 
-def weighted(route: str) -> list[str]:
-    """The kinds aimed at ``route``, each repeated by its weight (the catalog's kind order kept)."""
-    kinds = [kind for kind, (_, aimed, _) in KINDS.items() if route in aimed]
+def weighted(route: str, faults: Collection[str] | None = None) -> list[str]:
+    """The kinds aimed at ``route`` (of ``faults``), each repeated by its weight (in the catalog's order)."""
+    kinds = [k for k, (_, aimed, _) in KINDS.items() if route in aimed and (faults is None or k in faults)]
     return [kind for kind in kinds for _ in range(WEIGHTS.get(kind, 1))]
 
 
 @st.composite
-def free_step(draw: Any, routes: Mapping[str, int], completions: int, subject: str = "reward") -> FaultStep:
-    kind, route = draw(st.sampled_from(kinds_for(routes)))
+def free_step(
+    draw: Any,
+    routes: Mapping[str, int],
+    completions: int,
+    subject: str = "reward",
+    faults: Collection[str] | None = None,
+) -> FaultStep:
+    kind, route = draw(st.sampled_from(kinds_for(routes, faults)))
     reach = min(MAX_NTH, max(1, routes[route]) * completions)
     where = draw(
         st.sampled_from(
@@ -80,12 +95,14 @@ def schedules(
     max_completions: int = 3,
     max_steps: int = 3,
     subject: str = "reward",
+    faults: Collection[str] | None = None,
 ) -> Schedule:
     """A schedule over ``routes`` (route name -> calls a clean one-completion run made)."""
     behaviours = tuple(draw(batches(max_completions, subject)))
-    if not kinds_for(routes) or max_steps < 1:
+    if not kinds_for(routes, faults) or max_steps < 1:
         return Schedule(behaviours, subject=subject)
     # As many schedules of two and three steps as of one: combinations are what this search is for.
     count = draw(st.integers(1, max_steps))
-    steps = draw(st.lists(free_step(routes, len(behaviours), subject), min_size=count, max_size=count))
+    step = free_step(routes, len(behaviours), subject, faults)
+    steps = draw(st.lists(step, min_size=count, max_size=count))
     return Schedule(behaviours, tuple(steps), subject)

@@ -32,10 +32,24 @@ def reward_subject(**kwargs: Any) -> contextlib.AbstractAsyncContextManager[Rewa
     return _pool_context(**kwargs)
 
 
-#: What the catalog needs to know (docs/catalog.md): the classes this subject raises, and that it
-#: needs the sandboxes E2B gives.
+def preload() -> None:
+    """Assemble the runner and the isolation probe every pool installs, and start nothing.
+
+    The catalog runs this once where it forks its case hosts from (``preload`` in the contract):
+    each host then finds both texts assembled instead of parsing the standalone modules again
+    (about 0.1 s of CPU per host). Nothing here starts a thread, a socket or a sandbox.
+    """
+    from pytest_e2b_env.reward import protocol
+
+    protocol.runner_text()
+    protocol.probe_text()
+
+
+#: What the catalog needs to know (docs/catalog.md): the classes this subject raises, what to do
+#: once before forking its hosts, and that it needs the sandboxes E2B gives.
 reward_subject.e2b_contract = {  # type: ignore[attr-defined]
     "raises_classes": ["InfrastructureError", "CleanupError"],
+    "preload": preload,
     # The pool isolates each case inside its sandbox (nested namespaces, an unprivileged account):
     # below the emulator's namespaces level its workers cannot start.
     "needs_isolation": True,

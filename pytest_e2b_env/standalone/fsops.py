@@ -26,6 +26,8 @@ from . import linux as L
 
 _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_IN_ROOT = 0x10
+#: openat2 tries before an EAGAIN (a rename or mount racing a ".." walk) is reported
+_OPENAT2_TRIES = 32
 
 #: Defaults when the caller passes no limit (the emulator always passes its own).
 MAX_READ = 64 << 20
@@ -275,18 +277,24 @@ class RootedFS:
     def open(self, path: str, flags: int, mode: int = 0) -> int:
         """openat2 below the root; ``path`` is an absolute sandbox path; symlinks stay inside."""
         how = _OpenHow(flags | os.O_CLOEXEC, mode, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
-        rel = path.lstrip("/") or "."
-        fd = L.libc.syscall(
-            L.nr("openat2"),
-            ctypes.c_int(self.root_fd),
-            rel.encode(),
-            ctypes.byref(how),
-            ctypes.c_size_t(ctypes.sizeof(how)),
-        )
-        if fd < 0:
+        rel = path.lstrip("/").encode() or b"."
+        # EAGAIN: a ".." was resolved while a rename or mount happened anywhere on the machine, and
+        # the kernel could not prove the walk stayed inside; openat2(2) says to try again. Bounded:
+        # a busy host renames all the time, but not at every one of a few dozen tries.
+        for _ in range(_OPENAT2_TRIES):
+            fd = L.libc.syscall(
+                L.nr("openat2"),
+                ctypes.c_int(self.root_fd),
+                rel,
+                ctypes.byref(how),
+                ctypes.c_size_t(ctypes.sizeof(how)),
+            )
+            if fd >= 0:
+                return int(fd)
             err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err), path)
-        return int(fd)
+            if err != errno.EAGAIN:
+                break
+        raise OSError(err, os.strerror(err), path)
 
     def _parent(self, path: str) -> tuple[int, str]:
         """An O_PATH fd of the parent directory and the final component (never followed)."""

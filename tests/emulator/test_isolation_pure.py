@@ -6,6 +6,7 @@ import contextlib
 import os
 import posixpath
 import stat
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -108,3 +109,37 @@ def test_rooted_fs_never_leaves_its_root(
         os.close(fd)
     assert (base / "secret").read_text() == "SECRET"
     assert list(outside.iterdir()) == []  # nothing was written or removed outside the root
+
+
+def test_a_dotdot_walk_is_retried_while_the_machine_renames(tmp_path: Path) -> None:
+    """openat2 answers EAGAIN when a rename anywhere races a ".." walk; the files API tries again
+    (a loaded machine renamed while a planted ../../ symlink was read and the read failed).
+
+    Another thread renames in a loop while ".." paths are read; every read succeeds, the right file.
+    """
+    import threading
+
+    root = tmp_path / "root"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "f").write_text("inside")
+    os.symlink("../../../../f", root / "a" / "b" / "up")
+    spin = tmp_path / "spin"
+    spin.mkdir()
+    stop = threading.Event()
+
+    def rename() -> None:
+        while not stop.is_set():
+            os.rename(spin, tmp_path / "spun")
+            os.rename(tmp_path / "spun", spin)
+
+    thread = threading.Thread(target=rename, daemon=True)
+    fd = os.open(root, os.O_PATH | os.O_DIRECTORY)
+    thread.start()
+    try:
+        fs = RootedFS(fd)
+        for _ in range(3000):
+            assert fs.read("/a/b/../b/up") == b"inside"
+    finally:
+        stop.set()
+        thread.join(10)
+        os.close(fd)

@@ -247,3 +247,29 @@ def test_redacting_before_a_cut_leaves_no_piece(prefix, suffix, secret, cut):
     """Redacted first, then cut anywhere: no piece of the secret the scanner knows is left."""
     out = redact(prefix + secret + suffix, [secret])[:cut]
     assert find_secrets(out, [secret]) == []
+
+
+def test_environment_secrets_are_read_while_another_thread_changes_the_environment(monkeypatch):
+    """pytest sets and drops PYTEST_CURRENT_TEST in its thread while lanes redact in theirs: reading the
+    environment's secrets then never fails (a copy that met a removed key raised KeyError), and finds them."""
+    import os
+    import threading
+
+    monkeypatch.setenv("SERVICE_API_KEY", "k" * 40)
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            for n in range(20):
+                os.environ[f"PYTEST_E2B_ENV_CHURN_{n}"] = "x"
+            for n in range(20):
+                os.environ.pop(f"PYTEST_E2B_ENV_CHURN_{n}", None)
+
+    thread = threading.Thread(target=churn, daemon=True)
+    thread.start()
+    try:
+        for _ in range(3000):
+            assert "k" * 40 in env_secrets()
+    finally:
+        stop.set()
+        thread.join(10)

@@ -6,10 +6,21 @@ defective samples whose defect needs a combination of faults, and a correct one.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
-from explore_helpers import DEFECTS, EPISODE_DEFECTS, SUBJECTS, breaks, broken, check_clean
+from explore_helpers import (
+    DEFECTS,
+    EPISODE_DEFECTS,
+    SEED,
+    SUBJECTS,
+    breaks,
+    broken,
+    check_clean,
+    explore,
+    user_project,
+)
 
 from pytest_e2b_env.cli.explore import main
 from pytest_e2b_env.explore.schedule import Schedule
@@ -22,6 +33,14 @@ from pytest_e2b_env.explore.schedule import Schedule
         (["--replay", "nowhere.json"], "--replay 'nowhere.json': no such file"),
         (["--max-sandboxes", "5"], "--max-sandboxes 5 caps a live search only; add --live or drop it"),
         (["--live", "--max-sandboxes", "0"], "--max-sandboxes 0: give 1 or more, e.g. --max-sandboxes 50"),
+        (
+            ["--faults", "lost-sandbox,lost-worker"],
+            "--faults: lost-worker is not a fault kind; name one or more of rate-limit, auth, "
+            "server-error, unavailable, lost-sandbox, lost-answer, delay, kill-fails, "
+            "e.g. --faults lost-sandbox,server-error",
+        ),
+        (["--faults", ","], "--faults: ',' is not a fault kind"),
+        (["--faults", "delay", "--replay", "f.json"], "--faults bounds a search; a replay runs the"),
     ],
 )
 def test_a_usage_error_is_exit_2_and_names_the_fix(
@@ -56,8 +75,23 @@ def test_a_subject_that_does_not_import_is_a_usage_error(
 
 
 @pytest.mark.slow
-def test_a_correct_pool_explores_clean_for_the_same_budget(tmp_path: Path) -> None:
-    """The baseline the defects derive from breaks nothing in the same budget and seed (no false failure)."""
+def test_faults_bounds_the_kinds_drawn(tmp_path: Path) -> None:
+    """With --faults only those kinds are drawn: the header names them and every landed pair is one."""
+    project = user_project(tmp_path, "baseline_reward_pool:SandboxPool")
+    args = ["--faults", "lost-sandbox,kill-fails", "--budget", "10", "--seed", SEED, "-q"]
+    run = explore(project, *args, "--output", str(tmp_path / "out"))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert ", faults lost-sandbox,kill-fails; routes a clean run used: " in run.stdout
+    coverage = next(line for line in run.stdout.splitlines() if line.startswith("coverage: "))
+    pairs = re.findall(r"([a-z-]+)@[a-z_]+/[a-z]+ x\d+", coverage)
+    assert pairs, coverage
+    assert set(pairs) <= {"lost-sandbox", "kill-fails"}, coverage
+
+
+@pytest.mark.slow
+def test_a_correct_pool_explores_clean_for_a_minute(tmp_path: Path) -> None:
+    """The baseline the defects derive from breaks nothing in a minute of search over every fault kind,
+    longer than each defect's search took at these seeds (no false failure)."""
     check_clean("baseline_reward_pool:SandboxPool", tmp_path)
 
 

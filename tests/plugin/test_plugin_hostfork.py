@@ -109,6 +109,28 @@ def test_the_reference_episode_declares_a_preload_that_starts_no_thread() -> Non
     assert out.stdout.split() == ["1", "pytest_e2b_env.episode.client.preload"], out.stdout + out.stderr
 
 
+def test_the_reference_reward_preloads_its_runner_assembled_and_starts_no_thread() -> None:
+    """Its hosts find the runner and the probe assembled (the template's work, once); no thread at all."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, threading\n"
+        "from pytest_e2b_env.catalog.contract import load_subject\n"
+        "from pytest_e2b_env.standalone import assemble\n"
+        "s = load_subject('pytest_e2b_env.reward:reward_subject', 'reward')\n"
+        "s.contract.preload()\n"
+        "native = len(os.listdir('/proc/self/task'))\n"
+        "cached = assemble.script.cache_info().currsize\n"
+        "print(threading.active_count(), native, cached, s.contract.summary()['preload'])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    expected = ["1", "1", "2", "pytest_e2b_env.reward.subject.preload"]
+    assert out.stdout.split() == expected, out.stdout + out.stderr
+
+
 @pytest.mark.full
 def test_a_template_whose_controller_left_mid_import_ends_quietly(tmp_path: Path) -> None:
     """The run ended while the template still imported the subject (an emulator that did not
