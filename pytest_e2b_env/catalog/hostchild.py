@@ -19,7 +19,7 @@ import sys
 import threading
 from typing import Any
 
-from pytest_e2b_env.catalog import procs
+from pytest_e2b_env.catalog import procs, quiet_imports
 from pytest_e2b_env.catalog.contract import load_subject
 from pytest_e2b_env.catalog.execute import Executor
 from pytest_e2b_env.catalog.raw import OPAQUE, dumps
@@ -45,6 +45,7 @@ def serve(req_fd: int, rep_fd: int, loaded: tuple[dict[str, Any], Any] | None = 
     ``loaded``: (subject spec, subject) a template imported before forking this host.
     """
     procs.become_subreaper()  # what the subject starts stays in this tree, daemons included
+    quiet_imports.install()  # a spawned host imports the subject itself: skip gradio's stub rewriting
     reader = os.fdopen(req_fd, "rb")
     writer = os.fdopen(rep_fd, "wb")
     lock = threading.Lock()

@@ -345,7 +345,9 @@ def _serve(sock: socket.socket) -> int:
     request = json.loads(sock.recv(MAX_MESSAGE) or b"{}")
     spec = request.get("subject") or {}
     try:
-        from pytest_e2b_env.catalog import hostchild  # everything a host imports, once
+        from pytest_e2b_env.catalog import hostchild, quiet_imports  # everything a host imports, once
+
+        quiet_imports.install()  # before the subject's imports: gradio's stub rewriting is skipped
 
         subject = hostchild.load_subject(spec["spec"], spec["kind"], spec.get("contract"))
     except ConfigError as exc:  # the message names the spec and the failure, as users read it

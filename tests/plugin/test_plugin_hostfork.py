@@ -131,6 +131,30 @@ def test_the_reference_reward_preloads_its_runner_assembled_and_starts_no_thread
     assert out.stdout.split() == expected, out.stdout + out.stderr
 
 
+def test_a_host_skips_gradios_stub_rewriting_and_nothing_else() -> None:
+    """openenv's import in a case host no longer rewrites gradio's .pyi stubs (seconds of CPU per
+    template): the one function is a no-op in both modules that hold it, the components are made."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("gradio")
+    code = (
+        "from pytest_e2b_env.catalog import quiet_imports\n"
+        "quiet_imports.install()\n"
+        "quiet_imports.install()\n"
+        "import sys\n"
+        "import openenv.core.env_server.http_server\n"
+        "import gradio, gradio.blocks_events as be, gradio.component_meta as cm\n"
+        "finders = sum(type(f).__name__ == '_SkipStubs' for f in sys.meta_path)\n"
+        "print(finders, cm.create_or_modify_pyi.__name__, be.create_or_modify_pyi.__name__, "
+        "gradio.Textbox.__name__)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert out.stdout.split() == ["1", "_no_stub", "_no_stub", "Textbox"], out.stdout + out.stderr
+
+
 @pytest.mark.full
 def test_a_template_whose_controller_left_mid_import_ends_quietly(tmp_path: Path) -> None:
     """The run ended while the template still imported the subject (an emulator that did not
