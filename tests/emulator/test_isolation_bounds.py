@@ -103,6 +103,44 @@ def test_an_owner_outlasts_a_sweep_that_held_its_fresh_lock(tmp_path: Path) -> N
     owner.release()
 
 
+def test_a_dead_owners_lock_stays_until_its_groups_are_gone(tmp_path: Path) -> None:
+    """A sweep that could not remove a dead emulator's cgroups (a v1 rmdir refused for a moment)
+    keeps its lock: the next sweep still knows them as a dead emulator's and removes them."""
+    from pytest_e2b_env.emulator.isolation.owners import sweep
+
+    owner = Owner(tmp_path / "d-4")
+    assert owner._fd is not None
+    os.close(owner._fd)  # as at its death: the kernel drops the lock, the file stays
+    (tmp_path / "d-4" / "files").mkdir()
+    left = {"d-4"}
+    sweep(tmp_path, also=lambda name: name not in left)
+    assert not (tmp_path / "d-4").exists()
+    assert dead(tmp_path, "d-4")  # still claimed as dead: its groups are swept later
+    left.clear()
+    sweep(tmp_path, also=lambda name: name not in left)
+    assert not (tmp_path / "d-4.lock").exists()
+
+
+def test_only_day_old_unclaimed_groups_are_swept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Groups no lock claims go once a day old; claimed ones and young ones stay."""
+    from pytest_e2b_env.emulator.isolation import quota
+
+    monkeypatch.setattr(quota, "_group_parents", lambda: [tmp_path])
+    old = quota.time.time() - quota.STALE_AGE - 60
+    for name in ("old-1", "young-2", "claimed-3"):
+        (tmp_path / f"{quota.TAG}{name}" / "sandbox").mkdir(parents=True)
+        if name != "young-2":
+            os.utime(tmp_path / f"{quota.TAG}{name}", (old, old))
+    (tmp_path / "other").mkdir()
+    os.utime(tmp_path / "other", (old, old))
+    quota.sweep_unclaimed(lambda name: name == "claimed-3")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "other",
+        f"{quota.TAG}claimed-3",
+        f"{quota.TAG}young-2",
+    ]
+
+
 def test_names_are_unique_per_emulator() -> None:
     """Two names taken by one process differ (a pid alone repeats across pid namespaces)."""
     assert new_name() != new_name()

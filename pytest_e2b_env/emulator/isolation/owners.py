@@ -98,9 +98,17 @@ def dead(base: Path, name: str) -> bool:
     return True
 
 
-def sweep(base: Path, also: Callable[[str], None] | None = None) -> None:
+def claimed(base: Path, name: str) -> bool:
+    """Whether a lock in ``base`` names the emulator ``name`` (alive, or dead and not yet swept)."""
+    return (base / (name + SUFFIX)).exists()
+
+
+def sweep(base: Path, also: Callable[[str], bool] | None = None) -> None:
     """Remove what dead emulators left in ``base`` (and, through ``also(name)``, elsewhere).
 
+    ``also(name)`` says whether nothing of ``name`` is left elsewhere; until then its lock file
+    stays, the one mark by which a later sweep still knows the leftovers are a dead emulator's
+    (a cgroup v1 group can refuse ``rmdir`` for a moment after its last task left).
     Best effort and never raising: the trees were shaped by sandboxes (any depth, odd names),
     and a leftover that cannot be removed must not stop this emulator from starting.
     """
@@ -117,10 +125,10 @@ def sweep(base: Path, also: Callable[[str], None] | None = None) -> None:
                 if fd is None:
                     continue
                 try:
-                    if also is not None:
-                        also(name)
+                    cleared = also is None or also(name)
                     remove_tree_quietly(base / name)
-                    entry.unlink()
+                    if cleared:
+                        entry.unlink()
                 finally:
                     os.close(fd)
             elif entry.is_dir() and entry.name + SUFFIX not in names and _legacy(entry):

@@ -26,6 +26,7 @@ import contextlib
 import errno
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,8 @@ DEFAULT_CPUS = 2
 #: Files and directories one sandbox may create (tmpfs inodes).
 FILES = 131072
 TAG = "pytest-e2b-env-"
+#: An unclaimed group (no lock names it) is removed once this old.
+STALE_AGE = 24 * 3600.0
 #: Bounds of the aggregate process cap (see :func:`aggregate_procs`).
 MIN_AGGREGATE_PROCS = 256
 MAX_AGGREGATE_PROCS = 16384
@@ -123,6 +126,47 @@ def sweep_groups(parent: Path, dead: Callable[[str], bool]) -> None:
         for entry in parent.iterdir():
             if entry.name.startswith(TAG) and entry.is_dir() and dead(entry.name[len(TAG) :]):
                 _remove_tree(entry)
+
+
+def sweep_unclaimed(claimed: Callable[[str], bool]) -> None:
+    """Remove day-old groups that no lock claims, those of releases that unlinked a lock too early.
+
+    ``rmdir`` refuses a group with a task in it, so nothing that runs loses its group.
+    """
+    for parent in _group_parents():
+        with contextlib.suppress(OSError):
+            for entry in parent.iterdir():
+                name = entry.name[len(TAG) :]
+                if entry.name.startswith(TAG) and entry.is_dir() and not claimed(name) and _stale(entry):
+                    _remove_tree(entry)
+
+
+def _stale(group: Path) -> bool:
+    try:
+        return time.time() - group.stat().st_mtime > STALE_AGE
+    except OSError:
+        return False
+
+
+def _group_parents() -> list[Path]:
+    """Where emulators of this process's cgroups make theirs: each v1 controller's, the v2 candidates."""
+    parents = [p for c in ("memory", "cpu", "pids") if (p := _own_cgroup(c)[0]) is not None]
+    mount, own = _v2_mount(), _v2_own()
+    if mount is not None and own is not None:
+        mine = mount / own.lstrip("/")
+        parents += [mine.parent if mine != mount else mine, mine]
+    return parents
+
+
+def remove_groups(name: str) -> bool:
+    """Remove the groups of the dead emulator ``name`` that this process sees; whether none is left."""
+    left = False
+    for parent in _group_parents():
+        group = parent / f"{TAG}{name}"
+        if group.is_dir():
+            _remove_tree(group)
+            left = left or group.exists()
+    return not left
 
 
 class _V1:
@@ -288,14 +332,9 @@ class CgroupsV2(Cgroups):
         mount = mount if mount is not None else _v2_mount()
         if mount is None:
             return "no cgroup v2 hierarchy is mounted"
+        own = own if own is not None else _v2_own()
         if own is None:
-            try:
-                line = next(
-                    x for x in Path("/proc/self/cgroup").read_text().splitlines() if x.startswith("0::")
-                )
-            except (OSError, StopIteration):
-                return "this process has no cgroup v2 group"
-            own = line[3:]
+            return "this process has no cgroup v2 group"
         mine = mount / own.lstrip("/")
         for parent in (mine.parent if mine != mount else mine, mine):
             if not os.access(parent, os.W_OK) or not os.access(parent / "cgroup.procs", os.W_OK):
@@ -386,6 +425,15 @@ class CgroupsV2(Cgroups):
                 f"{limits.aggregate_procs} processes for all sandboxes together (cgroup v2 pids.max)"
             )
         return out
+
+
+def _v2_own() -> str | None:
+    """This process's cgroup v2 path (``0::`` in /proc/self/cgroup), if it has one."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            if line.startswith("0::"):
+                return line[3:]
+    return None
 
 
 def _enable(path: Path, controllers: set[str]) -> None:
