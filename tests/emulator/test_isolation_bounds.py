@@ -121,11 +121,10 @@ def test_a_dead_owners_lock_stays_until_its_groups_are_gone(tmp_path: Path) -> N
     assert not (tmp_path / "d-4.lock").exists()
 
 
-def test_only_day_old_unclaimed_groups_are_swept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_only_day_old_unclaimed_groups_are_swept(tmp_path: Path) -> None:
     """Groups no lock claims go once a day old; claimed ones and young ones stay."""
     from pytest_e2b_env.emulator.isolation import quota
 
-    monkeypatch.setattr(quota, "_group_parents", lambda: [tmp_path])
     old = quota.time.time() - quota.STALE_AGE - 60
     for name in ("old-1", "young-2", "claimed-3"):
         (tmp_path / f"{quota.TAG}{name}" / "sandbox").mkdir(parents=True)
@@ -133,12 +132,28 @@ def test_only_day_old_unclaimed_groups_are_swept(tmp_path: Path, monkeypatch: py
             os.utime(tmp_path / f"{quota.TAG}{name}", (old, old))
     (tmp_path / "other").mkdir()
     os.utime(tmp_path / "other", (old, old))
-    quota.sweep_unclaimed(lambda name: name == "claimed-3")
+    quota.sweep_unclaimed([tmp_path], lambda name: name == "claimed-3")
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "other",
         f"{quota.TAG}claimed-3",
         f"{quota.TAG}young-2",
     ]
+
+
+def test_removing_a_dead_emulators_groups_says_whether_any_is_left(tmp_path: Path) -> None:
+    """True once every group of the name is gone (or there was none); False while one refuses."""
+    from pytest_e2b_env.emulator.isolation import quota
+
+    parents = [tmp_path / "memory", tmp_path / "cpu"]
+    for parent in parents:
+        (parent / f"{quota.TAG}e-5" / "sandbox").mkdir(parents=True)
+    busy = parents[1] / f"{quota.TAG}e-5" / "sandbox" / "tasks"
+    busy.write_text("4242")  # a plain directory with a file refuses rmdir, as a busy group does
+    assert not quota.remove_groups(parents, "e-5")
+    assert not (parents[0] / f"{quota.TAG}e-5").exists()
+    busy.unlink()
+    assert quota.remove_groups(parents, "e-5")
+    assert quota.remove_groups(parents, "never-made")
 
 
 def test_names_are_unique_per_emulator() -> None:

@@ -19,7 +19,7 @@ from typing import Literal
 from .api import HOME_DIR, Backend, Box, SandboxFS
 from .owners import claimed, new_name, sweep
 from .process import ProcessBackend
-from .quota import remove_groups, sweep_unclaimed
+from .quota import group_parents, remove_groups, sweep_unclaimed
 
 __all__ = ["BASE_DIR", "HOME_DIR", "Backend", "Box", "SandboxFS", "select_backend"]
 
@@ -32,8 +32,9 @@ def _default_root() -> Path:
     if BASE_DIR.stat().st_uid == os.geteuid():
         # Shared by every account's emulators, like /tmp.
         os.chmod(BASE_DIR, 0o1777)
-    sweep(BASE_DIR, also=remove_groups)
-    sweep_unclaimed(lambda name: claimed(BASE_DIR, name))
+    parents = group_parents()  # read once for every dead emulator's groups
+    sweep(BASE_DIR, also=lambda name: remove_groups(parents, name))
+    sweep_unclaimed(parents, lambda name: claimed(BASE_DIR, name))
     return BASE_DIR / new_name()
 
 

@@ -128,16 +128,15 @@ def sweep_groups(parent: Path, dead: Callable[[str], bool]) -> None:
                 _remove_tree(entry)
 
 
-def sweep_unclaimed(claimed: Callable[[str], bool]) -> None:
-    """Remove day-old groups that no lock claims, those of releases that unlinked a lock too early.
-
-    ``rmdir`` refuses a group with a task in it, so nothing that runs loses its group.
-    """
-    for parent in _group_parents():
+def sweep_unclaimed(parents: list[Path], claimed: Callable[[str], bool]) -> None:
+    """Remove day-old groups below ``parents`` that no lock claims (releases that unlinked a lock
+    too early left them). ``rmdir`` refuses a group with a task in it: nothing running loses one."""
+    for parent in parents:
         with contextlib.suppress(OSError):
             for entry in parent.iterdir():
-                name = entry.name[len(TAG) :]
-                if entry.name.startswith(TAG) and entry.is_dir() and not claimed(name) and _stale(entry):
+                if not entry.name.startswith(TAG) or not entry.is_dir():
+                    continue
+                if not claimed(entry.name[len(TAG) :]) and _stale(entry):
                     _remove_tree(entry)
 
 
@@ -148,20 +147,19 @@ def _stale(group: Path) -> bool:
         return False
 
 
-def _group_parents() -> list[Path]:
-    """Where emulators of this process's cgroups make theirs: each v1 controller's, the v2 candidates."""
+def group_parents() -> list[Path]:
+    """Where emulators in this process's cgroups make theirs: each v1 controller's, the v2 candidates."""
     parents = [p for c in ("memory", "cpu", "pids") if (p := _own_cgroup(c)[0]) is not None]
     mount, own = _v2_mount(), _v2_own()
     if mount is not None and own is not None:
-        mine = mount / own.lstrip("/")
-        parents += [mine.parent if mine != mount else mine, mine]
+        parents += _v2_candidates(mount, own)
     return parents
 
 
-def remove_groups(name: str) -> bool:
-    """Remove the groups of the dead emulator ``name`` that this process sees; whether none is left."""
+def remove_groups(parents: list[Path], name: str) -> bool:
+    """Remove the dead emulator ``name``'s groups below ``parents``; whether none is left."""
     left = False
-    for parent in _group_parents():
+    for parent in parents:
         group = parent / f"{TAG}{name}"
         if group.is_dir():
             _remove_tree(group)
@@ -336,7 +334,7 @@ class CgroupsV2(Cgroups):
         if own is None:
             return "this process has no cgroup v2 group"
         mine = mount / own.lstrip("/")
-        for parent in (mine.parent if mine != mount else mine, mine):
+        for parent in _v2_candidates(mount, own):
             if not os.access(parent, os.W_OK) or not os.access(parent / "cgroup.procs", os.W_OK):
                 continue
             try:
@@ -425,6 +423,12 @@ class CgroupsV2(Cgroups):
                 f"{limits.aggregate_procs} processes for all sandboxes together (cgroup v2 pids.max)"
             )
         return out
+
+
+def _v2_candidates(mount: Path, own: str) -> list[Path]:
+    """Where an emulator in the v2 group ``own`` makes its group: the parent of its own, then its own."""
+    mine = mount / own.lstrip("/")
+    return [mine.parent if mine != mount else mine, mine]
 
 
 def _v2_own() -> str | None:
