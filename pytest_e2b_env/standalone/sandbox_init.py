@@ -20,11 +20,15 @@ sandbox's control socket). The builder does, with raw syscalls rather than util-
 6. The init reports ready and its host pid on the control socket, then loops: reaps orphans
    (SIGCHLD), serves file requests as the sandbox's users (setfsuid), and exits when the
    emulator's lifeline pipe reaches EOF (the emulator died, even by SIGKILL) or the control
-   socket closes. Its exit makes the kernel kill every process in the pid namespace.
+   socket closes. Its exit makes the kernel kill every process in the pid namespace. When the
+   socket closes (the emulator ends the sandbox), the init first kills and reaps them itself
+   (:func:`end_all`): the kernel reaps what a dying init leaves without counting its CPU, so a
+   sandbox's work would be missing from every ``getrusage`` up the emulator's tree.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -35,6 +39,7 @@ import signal
 import socket
 import struct
 import sys
+import time
 from typing import Any
 
 from . import frames, fsops
@@ -345,6 +350,31 @@ def reap(_signum: int, _frame: object) -> None:
             return
 
 
+#: How long :func:`end_all` keeps killing and reaping before it leaves the rest to the kernel.
+END_SECONDS = 1.0
+
+
+def end_all(seconds: float = END_SECONDS) -> None:
+    """Kill every other process of this pid namespace and reap them, so their CPU is counted.
+
+    A dying init's namespace is emptied by the kernel, which reaps the orphans it had adopted
+    with SIGCHLD ignored: their CPU (a persistent server's, and that of every child it reaped)
+    then reaches no parent's ``getrusage``. Reaped here, it reaches this init's, which its
+    parent collects. Bounded: a process that will not die by ``seconds`` is left to the kernel.
+    """
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # reaped below, not by the handler meanwhile
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            os.kill(-1, signal.SIGKILL)  # every process of the namespace but this one
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            return  # none left
+        time.sleep(0.002)
+
+
 def init_main(cfg: dict[str, Any], sock: socket.socket, lifeline: int) -> None:
     """Pid 1 of the sandbox."""
     L.prctl(L.PR_SET_DUMPABLE, 0)
@@ -373,7 +403,8 @@ def init_main(cfg: dict[str, Any], sock: socket.socket, lifeline: int) -> None:
                 if not os.read(lifeline, 1):
                     os._exit(0)  # the emulator is gone
             elif not agent.handle():
-                os._exit(0)  # the emulator dropped this sandbox
+                end_all()  # the emulator ends this sandbox
+                os._exit(0)
 
 
 def build_sandbox(cfg: dict[str, Any], sock: socket.socket, lifeline: int) -> None:

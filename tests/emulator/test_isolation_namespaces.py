@@ -460,6 +460,42 @@ def test_nothing_outlives_the_owning_process(backend: Backend, how: str) -> None
     assert eventually(swept)
 
 
+# Burns CPU in a process the init adopts (its shell parent exits at once), reports the CPU it had
+# at the kill from inside, then kills the sandbox and prints what reached the owner's rusage.
+ACCOUNTED = textwrap.dedent("""
+    import json, resource, time
+    from pytest_e2b_env.emulator.isolation import select_backend
+    backend = select_backend(force="namespaces")
+    box = backend.start("accounted", internet=False, envs={})
+    burner = "(python3 -c 'while True: pass' >/dev/null 2>&1 & echo $! > /tmp/burner); true"
+    box.spawn(burner, {}, "/home/user", "user", False).communicate(timeout=60)
+    read = "read -r _ _ _ _ _ _ _ _ _ _ _ _ _ u s _ < /proc/$(cat /tmp/burner)/stat; echo $((u + s))"
+    deadline, ticks = time.monotonic() + 60, 0
+    while ticks < 50 and time.monotonic() < deadline:  # half a second of CPU at 100 ticks/s
+        time.sleep(0.1)
+        proc = box.spawn(read, {}, "/home/user", "user", False)
+        ticks = int(proc.communicate(timeout=60)[0] or 0)
+    box.kill()
+    backend.close()  # waits for its zygote, the inits' parent
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(json.dumps({"burned": ticks / 100, "children": usage.ru_utime + usage.ru_stime}))
+""")
+
+
+def test_a_sandboxs_cpu_reaches_its_owners_rusage(backend: Backend) -> None:
+    """What a sandbox's adopted processes ran on the CPU counts in its owner's getrusage.
+
+    A dying init's namespace is emptied by the kernel, which reaps without counting; the init
+    kills and reaps it first, so the run's reported CPU holds the sandboxes' work.
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", ACCOUNTED], capture_output=True, text=True, timeout=180, check=True
+    )
+    figures = json.loads(done.stdout)
+    assert figures["burned"] >= 0.5, figures
+    assert figures["children"] >= figures["burned"], figures
+
+
 def test_a_sandbox_whose_init_died_reports_it(backend: Backend) -> None:
     """A sandbox whose init died is not alive(), refuses spawn (ProcessLookupError), and kill() cleans up."""
     lost = backend.start(f"n{uuid.uuid4().hex[:12]}", internet=False, envs={})
