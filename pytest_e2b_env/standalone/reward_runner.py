@@ -1362,14 +1362,19 @@ def preflight(spec: dict, code: bytes) -> dict:
             with open(sleeper_path, "w", encoding="utf-8") as fh:
                 fh.write("import time\ntime.sleep(30)\n")
             os.chmod(sleeper_path, 0o444)
-            deadline = run_case(slow, sleeper_path, b"")
             check_path = os.path.join(job_dir, "pristine.py")
             with open(check_path, "w", encoding="utf-8") as fh:
                 fh.write(PRISTINE_CHECK)
             os.chmod(check_path, 0o444)
             hunted = canary.upper().encode()
             exec_spec = dict(spec, isolation=dict(spec["isolation"], zygote=False))
-            pristine = _pristine(run_case(exec_spec, check_path, hunted), run_case(spec, check_path, hunted))
+            # Side by side where cases may be (each its own user namespace): the pristineness
+            # checks run while the sleeper waits out its deadline, about 50 ms of the worker's start.
+            deadline, fresh, forked = run_jobs(
+                [(slow, sleeper_path, b""), (exec_spec, check_path, hunted), (spec, check_path, hunted)],
+                spec["parallel"],
+            )
+            pristine = _pristine(fresh, forked)
         finally:
             _remove_job(job_dir)
             with contextlib.suppress(OSError):
