@@ -17,9 +17,10 @@ so the lanes start the cases that took longest last time first (adapter/duration
 emulators, the case hosts (subject code, its imports included), and inside the sandboxes the
 candidate programs (exec'd ones by themselves; the reward runner's zygote together with every
 case forked from it, supervisors included), the reward runner and everything else. The total is
-the machine's busy time over the run (less this script's own): a sandbox's processes are reaped
-by the machine's init once their emulator has gone, so no rusage of ours holds them, and the
-kernel's work for the run (namespace teardown) is CPU it costs too. Run it on a quiet machine.
+the machine's busy time over the run (less this script's own): the rusage of what validate waited
+for, printed beside it, holds neither the kernel's work for the run (namespace teardown) nor what
+was reaped uncounted (a sandbox whose init was SIGKILLed: the kernel empties its namespace without
+counting). Run it on a quiet machine.
 On 2 cores the total over 2 is a floor on the wall time, so this says which part a faster
 catalog has to shrink.
 """
@@ -159,12 +160,9 @@ def run_catalog(
     lines: list[str] = []
     if cpu:
         # this run's share of our children's rusage: validate and everything it waited for
-        # The rusage misses what no parent of ours waited for (a sandbox's processes, reaped by
-        # the machine's init once their emulator is gone), so the total is the machine's own
-        # busy time: on a quiet machine, this run's CPU, the kernel's work for it included.
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         waited = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-        # less this script's own (the sampler's polls)
+        # the total: the machine's busy time less this script's own (the sampler's polls)
         lines = sampler.report(machine_busy() - busy - (time.process_time() - own), waited)
     (bundle,) = [p for p in (out / "ev").iterdir() if p.is_dir() and not p.name.startswith(".")]
     coverage = json.loads((bundle / "coverage.json").read_text())
