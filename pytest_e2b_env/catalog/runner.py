@@ -117,7 +117,8 @@ def _settle_delays(case: Case, target: Target, mark: int) -> None:
     """Wait (bounded) until the ledger shows every request a delaying fault held back.
 
     The ledger records a request when its answer starts: a request delayed past the moment the
-    subject gave up is recorded only when the delay ends, and it is this case's fault.
+    subject gave up is recorded only when the delay ends or its sandbox is killed, and it is this
+    case's fault.
     """
     delays = [float(f.answer.get("delay") or 0) for f in case.faults]
     if not any(delays):

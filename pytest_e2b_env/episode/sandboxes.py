@@ -87,6 +87,10 @@ _OUT = "/tmp/.pytest_e2b_env_out"
 _ART = "/tmp/.pytest_e2b_env_artifact"
 #: Seconds any read-back step may take; a candidate that swaps a file for a FIFO only stalls this long.
 _READ_SECONDS = 3
+#: Seconds an SDK deadline allows past the most its wrapper can take inside the sandbox (the
+#: round trip, a busy sandbox's scheduling). A backstop only: the wrapper's own ``timeout`` ends
+#: a candidate's command first, and a hung request is masked this much later, not a minute later.
+_SDK_SLACK = 5
 
 
 def _status(stderr: str | None) -> str:
@@ -118,7 +122,7 @@ def run_bounded(
     started = time.monotonic()
     try:
         # The SDK deadline is a backstop only: `timeout` inside the sandbox fires first.
-        result = sandbox.commands.run(script, cwd=cwd, timeout=int(limit) + _READ_SECONDS + 15)
+        result = sandbox.commands.run(script, cwd=cwd, timeout=int(limit) + _READ_SECONDS + _SDK_SLACK)
     except _sdk().CommandExitException as exc:
         # The sandbox answered: the command killed its own wrapper (kill -9 -1 and the like).
         # That is the candidate's doing, so it is an outcome, not an infrastructure failure.
@@ -144,7 +148,7 @@ def export_file(sandbox: Any, path: str, cap: int) -> bytes | None:
         f"{t} head -c {int(cap) + 1} -- {q} >{_ART} && {t} base64 -w0 {_ART}; rc=$?; "
         'else rc=absent; fi; printf "E2BENV rc=%s\\n" "$rc" >&2'
     )
-    result = sandbox.commands.run(script, timeout=2 * _READ_SECONDS + 15)
+    result = sandbox.commands.run(script, timeout=2 * _READ_SECONDS + _SDK_SLACK)
     if _status(result.stderr) != "0":
         return None
     try:

@@ -298,6 +298,67 @@ async def send_json_error(
     await send({"type": "http.response.body", "body": body})
 
 
+#: The route whose answer ends a sandbox, and with it every request a delay holds on that sandbox.
+KILL_ROUTE = "DELETE /sandboxes/{id}"
+
+
+class _Holds:
+    """The requests a ``delay`` answer is holding, by sandbox, so that a kill ends their wait.
+
+    A held request is one that E2B received and has not carried out yet: once its sandbox is
+    gone it can no longer be carried out, and E2B answers it then (the sandbox's connections end
+    with the VM), not when the hold would have run out. So a hold on a sandbox ends early when a
+    kill of that sandbox passes this layer (answered 2xx, or 404: already gone) or a
+    ``lose_sandbox`` fault loses it; the request then meets a dead sandbox, as it would have at the
+    end of its delay. A sandbox that ends unseen here (its lifetime runs out) holds to the end.
+    Memory: one entry per sandbox with a request held now.
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[str, tuple[asyncio.Event, int]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._held)
+
+    def holding(self, sandbox_id: str) -> bool:
+        return sandbox_id in self._held
+
+    async def wait(self, seconds: float, sandbox_id: str | None) -> None:
+        """Wait ``seconds``, less if a request on ``sandbox_id`` and that sandbox is killed meanwhile."""
+        if sandbox_id is None:  # a create, a list: nothing can end it early
+            await asyncio.sleep(seconds)
+            return
+        event, count = self._held.get(sandbox_id, (asyncio.Event(), 0))
+        self._held[sandbox_id] = (event, count + 1)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), seconds)
+        finally:
+            event, count = self._held[sandbox_id]
+            if count > 1:
+                self._held[sandbox_id] = (event, count - 1)
+            else:
+                del self._held[sandbox_id]
+
+    def end(self, sandbox_id: str) -> None:
+        """``sandbox_id`` is gone: every request held on it goes on now."""
+        held = self._held.get(sandbox_id)
+        if held is not None:
+            held[0].set()
+
+    def ending_on_kill(self, send: Send, sandbox_id: str) -> Send:
+        """``send`` for a kill of ``sandbox_id``: its answer, once a success or a 404, ends the holds."""
+
+        async def watched(message: Message) -> None:
+            if message["type"] == "http.response.start" and (
+                200 <= int(message["status"]) < 300 or int(message["status"]) == 404
+            ):
+                self.end(sandbox_id)
+            await send(message)
+
+        return watched
+
+
 class FaultMiddleware:
     """ASGI middleware applying a :class:`FaultPlan` to the requests of ``app``."""
 
@@ -308,9 +369,10 @@ class FaultMiddleware:
         self.plan = plan
         self.target = target
         self.body_limit = body_limit  # largest body read to match ``contains`` (413 beyond)
+        self._holds = _Holds()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.plan:  # fast path: no rules at all
+        if scope["type"] != "http" or not (self.plan or self._holds):  # fast path: no rules, no holds
             await self.app(scope, receive, send)
             return
         method, path = scope["method"], scope["path"]
@@ -328,6 +390,8 @@ class FaultMiddleware:
             body_text = _body_text(body)
         picked = self.plan.pick(request, template, sandbox_id, body_text)
         if picked is None:
+            if template == KILL_ROUTE and sandbox_id is not None and self._holds.holding(sandbox_id):
+                send = self._holds.ending_on_kill(send, sandbox_id)
             await self.app(scope, receive, send)
             return
         rule_id, rule = picked
@@ -354,7 +418,7 @@ class FaultMiddleware:
                 except BodyTooLarge as exc:
                     await send_json_error(send, 413, str(exc))
                     return
-            await asyncio.sleep(answer.delay)
+            await self._holds.wait(answer.delay, sandbox_id)
             await self.app(scope, receive, send)
             return
         if answer.lose_sandbox:
@@ -370,14 +434,17 @@ class FaultMiddleware:
             return
         if not self.target.is_stream(template):
             await self.target.lose(sandbox_id)
+            self._holds.end(sandbox_id)
             await self.app(scope, receive, send)
             return
         # mid-command: the stream delivers its first event (the pid), then the VM vanishes. Nothing
         # the app says after that may reach the client: a command that ended before the kill landed
         # would otherwise still deliver its end event, and a "lost" sandbox would answer correctly.
-        await self._cut(
-            scope, receive, send, stream=True, before_cut=functools.partial(self.target.lose, sandbox_id)
-        )
+        await self._cut(scope, receive, send, stream=True, before_cut=functools.partial(self._lost, sandbox_id))
+
+    async def _lost(self, sandbox_id: str) -> None:
+        await self.target.lose(sandbox_id)
+        self._holds.end(sandbox_id)
 
     async def _drop(self, scope: Scope, receive: Receive, send: Send, template: str) -> None:
         await self._cut(scope, receive, send, stream=self.target.is_stream(template))

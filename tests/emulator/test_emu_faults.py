@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -109,8 +110,6 @@ def test_a_delayed_create_the_client_gave_up_on_still_makes_its_sandbox(
 ) -> None:
     """A delay holds a request it has received whole: a create whose client left meanwhile is
     carried out (as E2B carries out a create it received), and is counted in flight until then."""
-    import time
-
     mark = emu.ledger_mark()
     faults.add(route="POST /v2/sandboxes", answer={"delay": 1.0}, times=1)
     with pytest.raises(httpx.TimeoutException):
@@ -124,6 +123,78 @@ def test_a_delayed_create_the_client_gave_up_on_still_makes_its_sandbox(
     assert emu.creates_in_flight() == 0
     assert made[0] in {s["sandbox_id"] for s in emu.sandboxes()}
     Sandbox.kill(made[0], **opts)
+
+
+def _held(emu: Emulator, mark: int, sandbox_id: str) -> list[dict[str, Any]]:
+    return [e for e in emu.ledger(since=mark) if e["sandbox_id"] == sandbox_id and "delay" in str(e["detail"])]
+
+
+def test_a_request_held_on_a_sandbox_ends_when_that_sandbox_is_killed(
+    emu: Emulator, faults: Any, opts: dict[str, str], run_id: str
+) -> None:
+    """A delay holds a request until its sandbox is killed, not to the end of the delay: E2B answers
+    a request it could not carry out when the sandbox goes. Another sandbox's hold goes on."""
+    import threading
+
+    first = Sandbox.create(**opts, metadata={"run": run_id})
+    second = Sandbox.create(**opts, metadata={"run": run_id})
+    mark = emu.ledger_mark()
+    faults.add(route="POST /process.Process/Start", answer={"delay": 600}, times=2)
+    outcomes: dict[str, BaseException | None] = {}
+
+    def run(sandbox: Any) -> None:
+        try:
+            sandbox.commands.run("echo late", timeout=0)  # no client deadline: only the hold ends it
+            outcomes[sandbox.sandbox_id] = None
+        except BaseException as exc:  # the answer of a killed sandbox
+            outcomes[sandbox.sandbox_id] = exc
+
+    threads = [threading.Thread(target=run, args=(s,), daemon=True) for s in (first, second)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 30
+    while sum(r["fired"] for r in faults.list()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [r["fired"] for r in faults.list()] == [2]
+    assert _held(emu, mark, first.sandbox_id) == []
+    first.kill()
+    threads[0].join(timeout=30)  # 600 s had the kill not ended the hold
+    assert not threads[0].is_alive()
+    assert isinstance(outcomes[first.sandbox_id], SandboxException)
+    assert len(_held(emu, mark, first.sandbox_id)) == 1
+    assert threads[1].is_alive() and _held(emu, mark, second.sandbox_id) == []  # still held
+    second.kill()
+    threads[1].join(timeout=30)
+    assert not threads[1].is_alive()
+    assert len(_held(emu, mark, second.sandbox_id)) == 1
+
+
+def test_a_request_held_on_a_sandbox_ends_when_a_fault_loses_that_sandbox(
+    emu: Emulator, faults: Any, opts: dict[str, str], run_id: str
+) -> None:
+    """A sandbox a ``lose_sandbox`` fault makes vanish ends the holds on it, as a kill does."""
+    import threading
+
+    sandbox = Sandbox.create(**opts, metadata={"run": run_id})
+    mark = emu.ledger_mark()
+    faults.add(route="POST /process.Process/Start", answer={"delay": 600})
+    thread = threading.Thread(target=lambda: _quietly(sandbox.commands.run, "echo late", timeout=0), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not any(r["fired"] for r in faults.list()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    faults.add(route="GET /sandboxes/*", sandbox=sandbox.sandbox_id, answer={"lose_sandbox": True})
+    _quietly(sandbox.get_info)
+    thread.join(timeout=30)  # 600 s had the loss not ended the hold
+    assert not thread.is_alive()
+    assert len(_held(emu, mark, sandbox.sandbox_id)) == 1
+
+
+def _quietly(call: Any, *args: Any, **kwargs: Any) -> None:
+    try:
+        call(*args, **kwargs)
+    except Exception:  # the answers of a sandbox that is gone
+        pass
 
 
 def test_drop_stream_cuts_the_command_stream(emu: Emulator, sbx: Any, faults: Any) -> None:

@@ -110,6 +110,30 @@ async def test_delay_passes_through(proxy: FaultProxy, sdk: Any) -> None:
         await sandbox.kill()
 
 
+async def test_a_held_request_ends_when_its_sandbox_is_killed_through_the_proxy(
+    proxy: FaultProxy, sdk: Any
+) -> None:
+    """A kill passing the proxy ends the hold of a request on that sandbox (E2B answers it then)."""
+    import asyncio
+
+    sandbox = await sdk.AsyncSandbox.create(timeout=120, metadata=RUN)
+    mark = proxy.ledger_mark()
+    proxy.faults.add(route="POST /process.Process/Start", answer={"delay": 600})
+    command = asyncio.ensure_future(sandbox.commands.run("echo late", timeout=0))
+    try:
+        async with asyncio.timeout(30):
+            while not any(r["fired"] for r in proxy.faults.list()):
+                await asyncio.sleep(0.02)
+        assert await sandbox.kill() is True
+        async with asyncio.timeout(30):  # 600 s had the kill not ended the hold
+            with pytest.raises(SandboxException):
+                await command
+        held = [e for e in proxy.ledger(since=mark) if "delay" in str(e["detail"])]
+        assert [e["route"] for e in held] == ["POST /process.Process/Start"]
+    finally:
+        command.cancel()
+
+
 async def test_drop_stream_cuts_the_command(proxy: FaultProxy, sdk: Any) -> None:
     """drop_stream cuts a command stream after its first event; the sandbox itself survives."""
     sandbox = await sdk.AsyncSandbox.create(timeout=120, metadata=RUN)
