@@ -440,7 +440,8 @@ class FaultMiddleware:
         # mid-command: the stream delivers its first event (the pid), then the VM vanishes. Nothing
         # the app says after that may reach the client: a command that ended before the kill landed
         # would otherwise still deliver its end event, and a "lost" sandbox would answer correctly.
-        await self._cut(scope, receive, send, stream=True, before_cut=functools.partial(self._lost, sandbox_id))
+        lost = functools.partial(self._lost, sandbox_id)
+        await self._cut(scope, receive, send, stream=True, before_cut=lost)
 
     async def _lost(self, sandbox_id: str) -> None:
         await self.target.lose(sandbox_id)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import time
 import uuid
 from typing import Any
@@ -126,7 +128,8 @@ def test_a_delayed_create_the_client_gave_up_on_still_makes_its_sandbox(
 
 
 def _held(emu: Emulator, mark: int, sandbox_id: str) -> list[dict[str, Any]]:
-    return [e for e in emu.ledger(since=mark) if e["sandbox_id"] == sandbox_id and "delay" in str(e["detail"])]
+    entries = emu.ledger(since=mark)
+    return [e for e in entries if e["sandbox_id"] == sandbox_id and "delay" in str(e["detail"])]
 
 
 def test_a_request_held_on_a_sandbox_ends_when_that_sandbox_is_killed(
@@ -162,7 +165,8 @@ def test_a_request_held_on_a_sandbox_ends_when_that_sandbox_is_killed(
     assert not threads[0].is_alive()
     assert isinstance(outcomes[first.sandbox_id], SandboxException)
     assert len(_held(emu, mark, first.sandbox_id)) == 1
-    assert threads[1].is_alive() and _held(emu, mark, second.sandbox_id) == []  # still held
+    assert threads[1].is_alive()  # still held
+    assert _held(emu, mark, second.sandbox_id) == []
     second.kill()
     threads[1].join(timeout=30)
     assert not threads[1].is_alive()
@@ -178,7 +182,8 @@ def test_a_request_held_on_a_sandbox_ends_when_a_fault_loses_that_sandbox(
     sandbox = Sandbox.create(**opts, metadata={"run": run_id})
     mark = emu.ledger_mark()
     faults.add(route="POST /process.Process/Start", answer={"delay": 600})
-    thread = threading.Thread(target=lambda: _quietly(sandbox.commands.run, "echo late", timeout=0), daemon=True)
+    run = functools.partial(_quietly, sandbox.commands.run, "echo late", timeout=0)
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
     while not any(r["fired"] for r in faults.list()) and time.monotonic() < deadline:
@@ -191,10 +196,8 @@ def test_a_request_held_on_a_sandbox_ends_when_a_fault_loses_that_sandbox(
 
 
 def _quietly(call: Any, *args: Any, **kwargs: Any) -> None:
-    try:
+    with contextlib.suppress(Exception):  # the answers of a sandbox that is gone
         call(*args, **kwargs)
-    except Exception:  # the answers of a sandbox that is gone
-        pass
 
 
 def test_drop_stream_cuts_the_command_stream(emu: Emulator, sbx: Any, faults: Any) -> None:
