@@ -320,9 +320,6 @@ class _Holds:
     def __bool__(self) -> bool:
         return bool(self._held)
 
-    def holding(self, sandbox_id: str) -> bool:
-        return sandbox_id in self._held
-
     async def wait(self, seconds: float, sandbox_id: str | None) -> None:
         """Wait ``seconds``, less if a request on ``sandbox_id`` and that sandbox is killed meanwhile."""
         if sandbox_id is None:  # a create, a list: nothing can end it early
@@ -347,7 +344,8 @@ class _Holds:
             held[0].set()
 
     def ending_on_kill(self, send: Send, sandbox_id: str) -> Send:
-        """``send`` for a kill of ``sandbox_id``: its answer, once a success or a 404, ends the holds."""
+        """``send`` for a kill of ``sandbox_id``: its answer, a success or a 404, ends the holds on
+        it (those held then: one that starts after the kill's answer holds to its end)."""
 
         async def watched(message: Message) -> None:
             if message["type"] == "http.response.start" and (
@@ -389,10 +387,11 @@ class FaultMiddleware:
             receive = _replay(body, receive)
             body_text = _body_text(body)
         picked = self.plan.pick(request, template, sandbox_id, body_text)
+        # A kill the app carries out (not one a fault answers instead) ends the holds on its sandbox.
+        kill = template == KILL_ROUTE and sandbox_id is not None
+        to_app = self._holds.ending_on_kill(send, str(sandbox_id)) if kill else send
         if picked is None:
-            if template == KILL_ROUTE and sandbox_id is not None and self._holds.holding(sandbox_id):
-                send = self._holds.ending_on_kill(send, sandbox_id)
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, to_app)
             return
         rule_id, rule = picked
         answer = rule.answer
@@ -419,7 +418,7 @@ class FaultMiddleware:
                     await send_json_error(send, 413, str(exc))
                     return
             await self._holds.wait(answer.delay, sandbox_id)
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, to_app)
             return
         if answer.lose_sandbox:
             await self._lose(scope, receive, send, template, sandbox_id)

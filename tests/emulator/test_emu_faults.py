@@ -195,6 +195,34 @@ def test_a_request_held_on_a_sandbox_ends_when_a_fault_loses_that_sandbox(
     assert len(_held(emu, mark, sandbox.sandbox_id)) == 1
 
 
+def test_a_kill_held_by_a_delay_still_ends_the_holds_on_its_sandbox(
+    emu: Emulator, faults: Any, opts: dict[str, str], run_id: str
+) -> None:
+    """A kill that a delay held goes on, kills, and so ends the other holds on that sandbox; a
+    kill a fault refuses (``kill_fails``) ends none."""
+    import threading
+
+    sandbox = Sandbox.create(**opts, metadata={"run": run_id})
+    mark = emu.ledger_mark()
+    faults.add(route="POST /process.Process/Start", answer={"delay": 600})
+    run = functools.partial(_quietly, sandbox.commands.run, "echo late", timeout=0)
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not any(r["fired"] for r in faults.list()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    faults.add(route="DELETE /sandboxes/*", answer={"kill_fails": True})
+    with pytest.raises(SandboxException):
+        sandbox.kill()
+    assert thread.is_alive()  # a refused kill ends no hold
+    assert _held(emu, mark, sandbox.sandbox_id) == []
+    faults.add(route="DELETE /sandboxes/*", answer={"delay": 0.2})
+    assert sandbox.kill() is True
+    thread.join(timeout=30)  # 600 s had the delayed kill not ended the hold
+    assert not thread.is_alive()
+    assert len(_held(emu, mark, sandbox.sandbox_id)) == 2  # the command's, then the kill's own
+
+
 def _quietly(call: Any, *args: Any, **kwargs: Any) -> None:
     with contextlib.suppress(Exception):  # the answers of a sandbox that is gone
         call(*args, **kwargs)
