@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import functools
+import threading
 import time
 import uuid
 from typing import Any
@@ -132,44 +132,52 @@ def _held(emu: Emulator, mark: int, sandbox_id: str) -> list[dict[str, Any]]:
     return [e for e in entries if e["sandbox_id"] == sandbox_id and "delay" in str(e["detail"])]
 
 
+def _held_commands(faults: Any, *sandboxes: Any) -> list[tuple[threading.Thread, list[Exception]]]:
+    """A command on each sandbox, in a thread of its own, held 600 s by a delay fault (no client
+    deadline: only the hold ends it); each thread with what its command raised. Returns once every
+    hold has started."""
+    faults.add(route="POST /process.Process/Start", answer={"delay": 600}, times=len(sandboxes))
+    started = []
+    for sandbox in sandboxes:
+        raised: list[Exception] = []
+
+        def run(sandbox: Any = sandbox, raised: list[Exception] = raised) -> None:
+            try:
+                sandbox.commands.run("echo late", timeout=0)
+            except Exception as exc:  # the answer of a sandbox that is gone
+                raised.append(exc)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        started.append((thread, raised))
+    deadline = time.monotonic() + 30
+    while sum(r["fired"] for r in faults.list()) < len(sandboxes) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [r["fired"] for r in faults.list()] == [len(sandboxes)]
+    return started
+
+
 def test_a_request_held_on_a_sandbox_ends_when_that_sandbox_is_killed(
     emu: Emulator, faults: Any, opts: dict[str, str], run_id: str
 ) -> None:
     """A delay holds a request until its sandbox is killed, not to the end of the delay: E2B answers
     a request it could not carry out when the sandbox goes. Another sandbox's hold goes on."""
-    import threading
-
     first = Sandbox.create(**opts, metadata={"run": run_id})
     second = Sandbox.create(**opts, metadata={"run": run_id})
     mark = emu.ledger_mark()
-    faults.add(route="POST /process.Process/Start", answer={"delay": 600}, times=2)
-    outcomes: dict[str, BaseException | None] = {}
-
-    def run(sandbox: Any) -> None:
-        try:
-            sandbox.commands.run("echo late", timeout=0)  # no client deadline: only the hold ends it
-            outcomes[sandbox.sandbox_id] = None
-        except BaseException as exc:  # the answer of a killed sandbox
-            outcomes[sandbox.sandbox_id] = exc
-
-    threads = [threading.Thread(target=run, args=(s,), daemon=True) for s in (first, second)]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + 30
-    while sum(r["fired"] for r in faults.list()) < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert [r["fired"] for r in faults.list()] == [2]
+    (one, raised), (other, _) = _held_commands(faults, first, second)
     assert _held(emu, mark, first.sandbox_id) == []
     first.kill()
-    threads[0].join(timeout=30)  # 600 s had the kill not ended the hold
-    assert not threads[0].is_alive()
-    assert isinstance(outcomes[first.sandbox_id], SandboxException)
+    one.join(timeout=30)  # 600 s had the kill not ended the hold
+    assert not one.is_alive()
+    assert len(raised) == 1
+    assert isinstance(raised[0], SandboxException)
     assert len(_held(emu, mark, first.sandbox_id)) == 1
-    assert threads[1].is_alive()  # still held
+    assert other.is_alive()  # still held
     assert _held(emu, mark, second.sandbox_id) == []
     second.kill()
-    threads[1].join(timeout=30)
-    assert not threads[1].is_alive()
+    other.join(timeout=30)
+    assert not other.is_alive()
     assert len(_held(emu, mark, second.sandbox_id)) == 1
 
 
@@ -177,19 +185,12 @@ def test_a_request_held_on_a_sandbox_ends_when_a_fault_loses_that_sandbox(
     emu: Emulator, faults: Any, opts: dict[str, str], run_id: str
 ) -> None:
     """A sandbox a ``lose_sandbox`` fault makes vanish ends the holds on it, as a kill does."""
-    import threading
-
     sandbox = Sandbox.create(**opts, metadata={"run": run_id})
     mark = emu.ledger_mark()
-    faults.add(route="POST /process.Process/Start", answer={"delay": 600})
-    run = functools.partial(_quietly, sandbox.commands.run, "echo late", timeout=0)
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not any(r["fired"] for r in faults.list()) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    [(thread, _)] = _held_commands(faults, sandbox)
     faults.add(route="GET /sandboxes/*", sandbox=sandbox.sandbox_id, answer={"lose_sandbox": True})
-    _quietly(sandbox.get_info)
+    with contextlib.suppress(Exception):  # the answer of a sandbox that is gone
+        sandbox.get_info()
     thread.join(timeout=30)  # 600 s had the loss not ended the hold
     assert not thread.is_alive()
     assert len(_held(emu, mark, sandbox.sandbox_id)) == 1
@@ -200,17 +201,9 @@ def test_a_kill_held_by_a_delay_still_ends_the_holds_on_its_sandbox(
 ) -> None:
     """A kill that a delay held goes on, kills, and so ends the other holds on that sandbox; a
     kill a fault refuses (``kill_fails``) ends none."""
-    import threading
-
     sandbox = Sandbox.create(**opts, metadata={"run": run_id})
     mark = emu.ledger_mark()
-    faults.add(route="POST /process.Process/Start", answer={"delay": 600})
-    run = functools.partial(_quietly, sandbox.commands.run, "echo late", timeout=0)
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not any(r["fired"] for r in faults.list()) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    [(thread, _)] = _held_commands(faults, sandbox)
     faults.add(route="DELETE /sandboxes/*", answer={"kill_fails": True})
     with pytest.raises(SandboxException):
         sandbox.kill()
@@ -221,11 +214,6 @@ def test_a_kill_held_by_a_delay_still_ends_the_holds_on_its_sandbox(
     thread.join(timeout=30)  # 600 s had the delayed kill not ended the hold
     assert not thread.is_alive()
     assert len(_held(emu, mark, sandbox.sandbox_id)) == 2  # the command's, then the kill's own
-
-
-def _quietly(call: Any, *args: Any, **kwargs: Any) -> None:
-    with contextlib.suppress(Exception):  # the answers of a sandbox that is gone
-        call(*args, **kwargs)
 
 
 def test_drop_stream_cuts_the_command_stream(emu: Emulator, sbx: Any, faults: Any) -> None:
