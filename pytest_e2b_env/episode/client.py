@@ -13,7 +13,8 @@ import contextlib
 import functools
 import json
 import re
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, NoReturn
 
 from pytest_e2b_env.errors import CleanupError, ConfigError, E2BEnvError, InfrastructureError
@@ -35,17 +36,39 @@ def _raise(fatal: dict[str, Any]) -> NoReturn:
     raise InfrastructureError(message)
 
 
+@contextlib.contextmanager
+def _missing(name: str) -> Iterator[None]:
+    """While inside, ``import name`` fails as if it were not installed (unless it is imported already)."""
+    if name in sys.modules:
+        yield
+        return
+    # None is the import system's own "not importable": import raises ModuleNotFoundError
+    sys.modules[name] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        if name in sys.modules and sys.modules[name] is None:
+            del sys.modules[name]
+
+
 @functools.cache
 def preload() -> None:
     """Import everything the reference server and its episodes use, and start nothing.
 
     The catalog runs this once where it forks its case hosts from (``preload`` in the contract),
-    so each host skips the seconds openenv's import takes. openenv imports pyarrow (through
-    gradio and pandas), whose native threads survive a fork by their own fork handlers; nothing
-    here starts a Python thread, a socket or a sandbox.
+    so each host skips openenv's import. Nothing here starts a thread, a socket or a sandbox.
+
+    openenv's package imports its optional Gradio web UI unless gradio is missing (it catches
+    the ``ModuleNotFoundError``): gradio, pandas and pyarrow, about 2.3 s of the 3.7 s of CPU,
+    and pyarrow's native threads. The reference server never serves that UI (openenv builds it
+    only under ``ENABLE_WEB_INTERFACE`` and then imports it itself), so gradio counts as
+    missing while openenv's package imports here; a later ``import gradio`` imports it as usual.
+    Only the catalog's processes run this: a training process imports openenv whole.
     """
     import e2b  # noqa: F401  (the cases import the SDK anyway; once, here, in one thread)
-    import openenv.core.env_server.http_server  # noqa: F401
+
+    with _missing("gradio"):
+        import openenv.core.env_server.http_server  # noqa: F401
     import uvicorn  # noqa: F401
 
     from pytest_e2b_env.episode import environment  # noqa: F401
@@ -57,7 +80,7 @@ def preload() -> None:
 def warm_up() -> None:
     """Start the reference OpenEnv server in the background for the SDK settings now in force.
 
-    Importing openenv (it imports gradio and fastmcp) happens here (:func:`preload`), in the
+    Importing openenv (fastmcp and the rest) happens here (:func:`preload`), in the
     caller's thread: a second thread importing the same packages while tests import them hands
     one of the two a partially initialised module (``cannot import name 'Client' from
     'fastmcp'``). Only the server start, which imports nothing new, runs in the background.

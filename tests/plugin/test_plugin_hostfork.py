@@ -92,21 +92,32 @@ def test_a_preload_that_is_not_callable_is_a_config_error_naming_it(pytester: py
 
 @pytest.mark.full
 def test_the_reference_episode_declares_a_preload_that_starts_no_thread() -> None:
-    """What the template runs before forking: imports only, in a fresh interpreter."""
+    """What the template runs before forking: imports only, in a fresh interpreter.
+
+    openenv's optional web UI is left out (no gradio, pandas or pyarrow, so no native thread
+    either), and gradio still imports afterwards for whoever asks for it.
+    """
     import subprocess
     import sys
 
     code = (
-        "import threading\n"
+        "import os, sys, threading\n"
         "from pytest_e2b_env.catalog.contract import load_subject\n"
         "s = load_subject('pytest_e2b_env.episode:ReportEpisode', 'episode')\n"
         "s.contract.preload()\n"
-        "print(threading.active_count(), s.contract.summary()['preload'])\n"
+        "import openenv.core.env_server as served\n"
+        "native = len(os.listdir('/proc/self/task'))\n"
+        "skipped = [m for m in ('gradio', 'pandas', 'pyarrow') if m not in sys.modules]\n"
+        "print(threading.active_count(), native, *skipped, served.create_web_interface_app)\n"
+        "import gradio\n"
+        "print(gradio.__name__, s.contract.summary()['preload'])\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
     )
-    assert out.stdout.split() == ["1", "pytest_e2b_env.episode.client.preload"], out.stdout + out.stderr
+    expected = ["1", "1", "gradio", "pandas", "pyarrow", "None"]
+    expected += ["gradio", "pytest_e2b_env.episode.client.preload"]
+    assert out.stdout.split() == expected, out.stdout + out.stderr
 
 
 def test_the_reference_reward_preloads_its_runner_assembled_and_starts_no_thread() -> None:
