@@ -17,12 +17,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from pytest_e2b_env.emulator.control_client import ControlClient
 from pytest_e2b_env.emulator.limits import Limits
 from pytest_e2b_env.errors import EmulatorError, FaultRuleError
 from pytest_e2b_env.settings import emulator_child_env, parse_sdk_env, sdk_env
@@ -97,6 +96,8 @@ class Emulator:
         self._owned = True
         #: the control API's own key (None when attached without one: the API key guards it)
         self._control_key: str | None = None
+        self._client: ControlClient | None = None  # kept connections to the control API
+        self._client_url = ""
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod
@@ -209,6 +210,7 @@ class Emulator:
 
     def stop(self) -> None:
         """SIGTERM the server (it kills every sandbox), wait, SIGKILL if it hangs."""
+        self._close_client()
         proc, self._proc = self._proc, None
         if proc is None:
             return
@@ -223,6 +225,11 @@ class Emulator:
             proc.stdout.close()
         with contextlib.suppress(OSError, AttributeError):
             self._stderr.close()
+
+    def _close_client(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
     @property
     def pid(self) -> int | None:
@@ -283,32 +290,33 @@ class Emulator:
     ) -> Any:
         if not self.url:
             raise EmulatorError("the emulator is not running; use `with Emulator() as emu:` or emu.start()")
+        if self._client is None or self._client_url != self.url:
+            self._close_client()
+            self._client, self._client_url = ControlClient(self.url, timeout=30), self.url
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(f"{self.url}/_emulator{path}", data=data, method=method)
-        request.add_header(CONTROL_HEADER, self.control_key)
+        headers = {CONTROL_HEADER: self.control_key}
         if data is not None:
-            request.add_header("Content-Type", "application/json")
+            headers["Content-Type"] = "application/json"
+        target = f"/_emulator{path}"
         try:
             try:
-                with urllib.request.urlopen(request, timeout=30) as response:
-                    raw = response.read()
+                status, raw = self._client.request(method, target, data, headers)
             except ConnectionResetError:
                 if method != "GET":
                     raise
                 # A read the loaded emulator reset before answering: asked once more (a stopped
                 # emulator refuses that too, and the error below says so).
                 time.sleep(0.2)
-                with urllib.request.urlopen(request, timeout=30) as response:
-                    raw = response.read()
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode(errors="replace")
-            with contextlib.suppress(ValueError):
-                detail = json.loads(detail).get("message", detail)
-            if exc.code == 400 and rejected is not None:  # the server validated the body and said why
-                raise rejected(detail) from None
-            raise EmulatorError(f"emulator control {method} {path} answered {exc.code}: {detail}") from None
+                status, raw = self._client.request(method, target, data, headers)
         except OSError as exc:
             raise EmulatorError(
                 f"emulator control {method} {path} failed: {exc}; is it still running?"
             ) from None
+        if status >= 400:
+            detail = raw.decode(errors="replace")
+            with contextlib.suppress(ValueError, AttributeError):
+                detail = json.loads(detail).get("message", detail)
+            if status == 400 and rejected is not None:  # the server validated the body and said why
+                raise rejected(detail) from None
+            raise EmulatorError(f"emulator control {method} {path} answered {status}: {detail}")
         return json.loads(raw) if raw else None
