@@ -290,9 +290,11 @@ class Emulator:
     ) -> Any:
         if not self.url:
             raise EmulatorError("the emulator is not running; use `with Emulator() as emu:` or emu.start()")
-        if self._client is None or self._client_url != self.url:
+        client = self._client  # one reference: another thread's stop() may drop the attribute
+        if client is None or self._client_url != self.url:
             self._close_client()
-            self._client, self._client_url = ControlClient(self.url, timeout=30), self.url
+            client = ControlClient(self.url, timeout=30)
+            self._client, self._client_url = client, self.url
         data = None if body is None else json.dumps(body).encode()
         headers = {CONTROL_HEADER: self.control_key}
         if data is not None:
@@ -300,14 +302,14 @@ class Emulator:
         target = f"/_emulator{path}"
         try:
             try:
-                status, raw = self._client.request(method, target, data, headers)
+                status, raw = client.request(method, target, data, headers)
             except ConnectionResetError:
                 if method != "GET":
                     raise
                 # A read the loaded emulator reset before answering: asked once more (a stopped
                 # emulator refuses that too, and the error below says so).
                 time.sleep(0.2)
-                status, raw = self._client.request(method, target, data, headers)
+                status, raw = client.request(method, target, data, headers)
         except OSError as exc:
             raise EmulatorError(
                 f"emulator control {method} {path} failed: {exc}; is it still running?"
