@@ -96,8 +96,8 @@ class Emulator:
         self._owned = True
         #: the control API's own key (None when attached without one: the API key guards it)
         self._control_key: str | None = None
-        self._client: ControlClient | None = None  # kept connections to the control API
-        self._client_url = ""
+        #: kept connections to the control API (made at the first call, dropped by stop())
+        self._client: ControlClient | None = None
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod
@@ -291,10 +291,8 @@ class Emulator:
         if not self.url:
             raise EmulatorError("the emulator is not running; use `with Emulator() as emu:` or emu.start()")
         client = self._client  # one reference: another thread's stop() may drop the attribute
-        if client is None or self._client_url != self.url:
-            self._close_client()
-            client = ControlClient(self.url, timeout=30)
-            self._client, self._client_url = client, self.url
+        if client is None:
+            client = self._client = ControlClient(self.url, timeout=30)
         data = None if body is None else json.dumps(body).encode()
         headers = {CONTROL_HEADER: self.control_key}
         if data is not None:

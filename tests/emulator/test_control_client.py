@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import http.server
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from emu_helpers import eventually
 
 from pytest_e2b_env.emulator import Emulator
 from pytest_e2b_env.emulator.control_client import ControlClient
@@ -33,7 +35,7 @@ class _Counting(http.server.ThreadingHTTPServer):
     def close_idle(self) -> None:
         """Close every connection between requests, as an idle timeout does."""
         for sock in list(self.open):
-            sock.shutdown(2)  # socket.SHUT_RDWR
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -84,13 +86,6 @@ def _url(srv: _Counting) -> str:
     return f"http://127.0.0.1:{srv.server_address[1]}"
 
 
-def _wait_until(predicate: Any, seconds: float = 10.0) -> None:
-    end = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < end, "the server did not get there in time"
-        time.sleep(0.02)
-
-
 def test_calls_one_after_another_share_one_connection(server: _Counting) -> None:
     client = ControlClient(_url(server))
     answers = [client.request("GET", f"/mark/{i}") for i in range(5)]
@@ -104,9 +99,9 @@ def test_a_kept_connection_the_server_closed_is_replaced_and_the_call_made_once(
     """A POST too: the server never saw the attempt on the closed connection, so nothing runs twice."""
     client = ControlClient(_url(server))
     assert client.request("POST", "/faults", b'{"a": 1}')[0] == 200
-    _wait_until(lambda: len(server.open) == 1)
+    eventually(lambda: len(server.open) == 1, what="the server holds the kept connection")
     server.close_idle()
-    _wait_until(lambda: not server.open)
+    eventually(lambda: not server.open, what="the server closed the idle connection")
     status, body = client.request("POST", "/faults", b'{"b": 2}')
     client.close()
     assert (status, json.loads(body)) == (200, {"n": 2, "path": "/faults"})
