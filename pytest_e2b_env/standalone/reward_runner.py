@@ -33,8 +33,10 @@ from it instead of from the runner. B, its set-up done, becomes the program in p
 ``sys.modules`` and the import caches as they were when the zygote started, a new ``__main__``,
 ``sys.argv``, the exit status, the traceback and the interpreter shutdown as CPython's own (see
 :class:`_Program`); what a program can still tell apart is listed in docs/reward.md. A case's
-program and input reach B alone, through its ``go`` socket, exactly as a warm case's do. Without
-``isolation.zygote`` every case execs a fresh interpreter.
+program and input reach B alone, through its ``go`` socket, exactly as a warm case's do. The
+zygote also holds copies of a few standard-library modules (:data:`PRELOAD`), each imported alone
+before any request, which a program gets at its first import of one when a fresh import would
+give it exactly that copy. Without ``isolation.zygote`` every case execs a fresh interpreter.
 """
 
 from __future__ import annotations
@@ -325,6 +327,41 @@ def _isolate_and_exec(
 #: they were when its interpreter had started, before it imported anything of its own. None in
 #: the runner, whose cases exec a fresh interpreter.
 _FRESH: tuple[dict, dict] | None = None
+#: Standard-library modules the zygote imports before any request, each from the fresh state into
+#: a copy of its own (see :func:`_preload`): the commonest imports of short programs, and the
+#: dearest part of such a case (``import json`` costs about 6 ms of CPU, a whole case forked from
+#: the zygote about 6 ms more).
+PRELOAD = ("json", "re", "collections", "heapq", "bisect")
+#: In the zygote: what :func:`_preload` found, installed in a case by :func:`_become`. None
+#: elsewhere, or when nothing could be preloaded.
+_PRELOADED: object | None = None
+#: A case's ``importlib._bootstrap._find_and_load`` while preloaded modules are left: it runs as
+#: importlib's own code (its file name is importlib's, so CPython trims its frame from an import's
+#: traceback as it trims importlib's). A preloaded module is handed over only when the program
+#: would get exactly it from a fresh import: the module itself imported first (not one of its
+#: dependencies before it), nothing of what its import adds there yet, and the import system as
+#: the interpreter started (``sys.path``, ``sys.meta_path``, ``sys.path_hooks`` and the modules
+#: loaded at start-up the same objects). Otherwise, and for every other module, the real one runs.
+_SERVE_PRELOADED = """\
+def _find_and_load(name, import_):
+    found = preloaded.pop(name, None)
+    if not preloaded:
+        bootstrap._find_and_load = find_and_load  # nothing left to hand over
+    if found is not None:
+        entries, finders = found
+        with bootstrap._ModuleLockManager(name):
+            modules, cache = sys.modules, sys.path_importer_cache
+            if (
+                sys.path == state[0] and sys.meta_path == state[1] and sys.path_hooks == state[2]
+                and all(modules.get(key) is module for key, module in state[3])
+                and not any(key in modules for key in entries)
+                and not any(key in cache for key in finders)
+            ):
+                modules.update(entries)
+                cache.update(finders)
+                return modules[name]
+    return find_and_load(name, import_)
+"""
 #: Found in the command line of the zygote and of every process forked from it.
 ZYGOTE_NAME = "pytest_e2b_env_zygote"
 #: The zygote's whole program (``python3 -I -B -c``): it takes the snapshot above first thing,
@@ -490,6 +527,8 @@ def _become(code_path: str, err_pipe: int, unprivileged: bool) -> _Program:
     sys.path_importer_cache.clear()
     sys.path_importer_cache.update(finders)
     sys.path_importer_cache[code_path] = None  # pymain asks whether the script is a zip or a directory
+    if _PRELOADED is not None:
+        modules["_frozen_importlib"]._find_and_load = _PRELOADED
     sys.argv = [code_path]
     sys.orig_argv = [PYTHON, "-I", "-B", code_path]
     main = type(sys)("__main__")
@@ -528,8 +567,9 @@ def zygote_serve(control_fd: int, fresh: tuple[dict, dict]) -> _Program:
     descriptors: A's output and status pipes and B's ``go`` socket. The answer is A's pidfd (the
     runner kills a wedged A with it; the zygote reaps). Ends when the runner closes its end.
     """
-    global _FRESH
+    global _FRESH, _PRELOADED
     _FRESH = fresh
+    _PRELOADED = _preload(fresh)
     control = socket.socket(fileno=control_fd)
     # Everything alive now goes to the collector's permanent generation: a case's collections (its
     # exit runs one, as CPython's does) skip it, and touch none of its pages (no copy on write).
@@ -557,6 +597,57 @@ def zygote_serve(control_fd: int, fresh: tuple[dict, dict]) -> _Program:
             socket.send_fds(control, [b"A"], [pidfd])
         finally:
             os.close(pidfd)
+
+
+def _swap(table: dict, content: dict) -> None:
+    """Make ``table`` hold exactly ``content`` (in its order), in place: the interpreter keeps
+    its own reference to ``sys.modules``."""
+    table.clear()
+    table.update(content)
+
+
+def _preload(fresh: tuple[dict, dict]) -> object | None:
+    """In the zygote, before it serves: import each of :data:`PRELOAD` from the fresh state, keep
+    what its import added (``sys.modules`` and importer-cache entries, in their order) aside, and
+    leave both tables as they were. Returns the ``_find_and_load`` that hands them over
+    (:data:`_SERVE_PRELOADED`), or None when none could be imported.
+
+    Each module is imported alone, as a program's first import of it would be (``json`` has its
+    own ``re``): a program that imports ``re`` and then ``json`` gets the copy of ``re`` and a real
+    import of ``json``, never a mix. Only modules whose import is the same wherever and whenever
+    it runs are listed: none reads the time, the process, the environment or a random source.
+    """
+    modules, finders = fresh
+    saved = dict(sys.modules), dict(sys.path_importer_cache)
+    preloaded: dict[str, tuple[dict, dict]] = {}
+    try:
+        for root in PRELOAD:
+            _swap(sys.modules, modules)
+            _swap(sys.path_importer_cache, finders)
+            try:
+                __import__(root)
+            except ImportError:
+                continue  # not in this image: a program imports it (or fails to) as usual
+            preloaded[root] = (
+                {key: module for key, module in sys.modules.items() if key not in modules},
+                {key: finder for key, finder in sys.path_importer_cache.items() if key not in finders},
+            )
+    finally:
+        _swap(sys.modules, saved[0])
+        _swap(sys.path_importer_cache, saved[1])
+    if not preloaded:
+        return None
+    bootstrap = modules["_frozen_importlib"]
+    start = [(key, module) for key, module in modules.items() if key != "__main__"]
+    namespace = {
+        "sys": sys,
+        "bootstrap": bootstrap,
+        "find_and_load": bootstrap._find_and_load,
+        "preloaded": preloaded,
+        "state": (list(sys.path), list(sys.meta_path), list(sys.path_hooks), start),
+    }
+    exec(compile(_SERVE_PRELOADED, "<frozen importlib._bootstrap>", "exec", dont_inherit=True), namespace)
+    return namespace["_find_and_load"]
 
 
 def _proc_read(proc_fd: int | None, pid: int, name: str, size: int) -> bytes | None:
@@ -1256,14 +1347,18 @@ def evaluate_many(parts: list[tuple[dict, bytes, list[bytes]]], warm: bool = Fal
 
 
 #: The preflight's pristineness check, run as a case twice: as a fresh interpreter and from the
-#: zygote. It reports what it found at its first line and counts the copies of a canary (which an
+#: zygote. It reports what it found at its first line and what ``import json`` (preloaded: see
+#: :data:`PRELOAD`) added to ``sys.modules``, in order, and counts the copies of a canary (which an
 #: earlier case of the preflight had as input, and which it gets in upper case) anywhere in its own
 #: writable memory but its two buffers: a zygote holding anything of an earlier case shows here.
 PRISTINE_CHECK = """\
 import sys
 modules = sorted(sys.modules)
 names = list(globals())
-import ctypes, json, os
+before = set(sys.modules)
+import json
+imported = [name for name in sys.modules if name not in before]
+import ctypes, os
 needle = bytearray(sys.stdin.buffer.read().strip())
 for i in range(len(needle)):
     needle[i] |= 0x20  # lower case in place: the needle exists once, here
@@ -1289,7 +1384,7 @@ for span, perms in regions:
             at = chunk.find(needle, at + 1, got)
         start += got - len(needle) if got > len(needle) else max(got, 1)
 print(json.dumps({
-    "modules": modules, "globals": names, "argv": sys.argv, "orig_argv": sys.orig_argv,
+    "modules": modules, "globals": names, "imported": imported, "argv": sys.argv, "orig_argv": sys.orig_argv,
     "flags": list(sys.flags), "tasks": len(os.listdir("/proc/self/task")), "hits": hits,
     "fds": sorted(os.listdir("/proc/self/fd")),
 }))
@@ -1306,7 +1401,8 @@ def _pristine(fresh: dict, forked: dict) -> dict:
         except (KeyError, ValueError):
             seen.append({})
     same = all(
-        seen[1].get(k) == seen[0].get(k) for k in ("modules", "globals", "argv", "orig_argv", "flags", "fds")
+        seen[1].get(k) == seen[0].get(k)
+        for k in ("modules", "globals", "imported", "argv", "orig_argv", "flags", "fds")
     )
     return {
         "same_start": bool(seen[0]) and same,

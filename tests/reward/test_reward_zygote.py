@@ -9,6 +9,7 @@ are asserted as differences, so that list stays true.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import base64
 import json
@@ -25,7 +26,7 @@ from pytest_e2b_env.emulator import Emulator
 from pytest_e2b_env.reward import Isolation
 from pytest_e2b_env.reward.protocol import Payload
 from pytest_e2b_env.reward.workers import Worker, WorkerClient, probe_source
-from pytest_e2b_env.standalone.reward_runner import PRISTINE_CHECK, ZYGOTE_NAME
+from pytest_e2b_env.standalone.reward_runner import PRISTINE_CHECK, ZYGOTE_NAME, _pristine
 
 pytestmark = pytest.mark.namespaces
 ON_MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")  # the module worker's loop
@@ -106,6 +107,35 @@ PROGRAMS = {
     + "raise RuntimeError('r')\n",
     "import-fresh": "import sys\nimport json, collections, email\n"
     + "print(sorted(set(sys.modules) - {'__main__'})[:3], json.dumps({'a': 1}))\n",
+    # The preloaded modules (reward_runner.PRELOAD): what their imports add, in order, and the
+    # state they leave, whether the copy is handed over or a real import has to run.
+    "preloaded-alone": "import sys\nbefore = list(sys.modules)\nimport json\n"
+    + "print([m for m in sys.modules if m not in before], list(sys.path_importer_cache)[-2:])\n"
+    + "print(json.dumps({'a': [1, 2.5]}), json.loads('{\"b\": null}'), len(sys.modules['re']._cache))\n",
+    "preloaded-combined": "import sys\nbefore = list(sys.modules)\nimport re, collections\n"
+    + "import json, heapq, bisect\nprint([m for m in sys.modules if m not in before])\n"
+    + "print(json.decoder.re is re, len(re._cache), collections.Counter('abca').most_common(1))\n"
+    + "print(heapq.nsmallest(2, [5, 1, 4]), bisect.bisect([1, 3, 5], 4))\n"
+    + "print(list(sys.path_importer_cache)[-3:])\n",
+    "preloaded-dependency-first": "import sys\nbefore = list(sys.modules)\nimport enum\nimport re, json\n"
+    + "print([m for m in sys.modules if m not in before], re.enum is enum, len(re._cache))\n",
+    "preloaded-blocked": "import sys\nsys.modules['_json'] = None\nbefore = list(sys.modules)\nimport json\n"
+    + "print([m for m in sys.modules if m not in before])\n"
+    + "print(json.scanner.make_scanner is json.scanner.py_make_scanner)\n",
+    "preloaded-start-up-module-gone": "import sys\nold = sys.modules.pop('_collections_abc')\n"
+    + "before = list(sys.modules)\nimport collections\n"
+    + "print([m for m in sys.modules if m not in before], sys.modules['_collections_abc'] is old)\n",
+    "preloaded-shadowed": "import sys\nwith open('/tmp/heapq.py', 'w') as fh:\n"
+    + "    fh.write('print(\"shadow\")')\nsys.path.insert(0, '/tmp')\nimport heapq\nprint(heapq.__file__)\n",
+    "preloaded-missing": STDERR_TO_STDOUT + "import json.missing\n",
+    "preloaded-raising-module": STDERR_TO_STDOUT
+    + "import sys\nwith open('/tmp/broken.py', 'w') as fh:\n    fh.write('x = 1\\nraise ValueError(x)\\n')\n"
+    + "sys.path.insert(0, '/tmp')\nimport broken\n",
+    "preloaded-threads": "import sys, threading\nbarrier = threading.Barrier(3)\ngot = []\n"
+    + "def load():\n    barrier.wait()\n    import json\n    got.append(json)\n\n"
+    + "threads = [threading.Thread(target=load) for _ in range(3)]\n"
+    + "for t in threads:\n    t.start()\nfor t in threads:\n    t.join()\n"
+    + "print(len(got), all(m is sys.modules['json'] for m in got), list(sys.modules).count('re'))\n",
 }
 INPUT = b"a\nb\n"
 PREFLIGHT: dict = {}  # the module worker's preflight answer
@@ -213,6 +243,48 @@ async def test_what_a_program_can_still_tell_apart(worker: tuple[WorkerClient, W
     seed = "print(hash('pytest-e2b-env'))\n"
     assert len({out for out, _ in await run(worker, seed, zygote=False, inputs=4)}) == 4
     assert len({out for out, _ in await run(worker, seed, zygote=True, inputs=4)}) == 1
+
+
+@ON_MODULE_LOOP
+async def test_what_the_preloaded_modules_leave_a_program_to_tell_apart(
+    worker: tuple[WorkerClient, Worker],
+) -> None:
+    """The preloaded modules' differences docs/reward.md lists: importlib's ``_find_and_load`` is
+    the runner's until every preloaded module was asked for, an ``importlib.import_module``
+    traceback shows its frame, and an audit hook sees no event for what a handed-over copy holds."""
+    finder = "import _frozen_importlib as b\nprint(b._find_and_load.__code__.co_firstlineno)\n"
+    fresh_line = (await run(worker, finder, zygote=False))[0][0]
+    assert (await run(worker, finder, zygote=True))[0][0] != fresh_line
+    # each asked for once (json's own re and collections would not ask for theirs): it left
+    every = "import bisect, heapq, collections, re, json\n" + finder
+    assert await run(worker, every, zygote=True) == [(fresh_line, 0)]
+    imported = STDERR_TO_STDOUT + "import importlib\nimportlib.import_module('missing')\n"
+    fresh_lines = (await run(worker, imported, zygote=False))[0][0].splitlines()
+    forked_lines = (await run(worker, imported, zygote=True))[0][0].splitlines()
+    assert [line for line in forked_lines if line not in fresh_lines] == [
+        next(line for line in forked_lines if "_find_and_load" in line)
+    ]
+    audited = "import sys\nseen = []\nsys.addaudithook(lambda e, a: e == 'import' and seen.append(a[0]))\n"
+    audited += "import json\nprint(seen)\n"
+    fresh_seen = ast.literal_eval((await run(worker, audited, zygote=False))[0][0])
+    forked_seen = ast.literal_eval((await run(worker, audited, zygote=True))[0][0])
+    assert forked_seen == ["json"]
+    assert fresh_seen[0] == "json"
+    assert {"json.decoder", "re", "enum"} <= set(fresh_seen)
+
+
+def test_the_pristineness_verdict_compares_what_import_json_added() -> None:
+    """A zygote whose ``import json`` adds other modules, or in another order, is not pristine."""
+    view = {"modules": ["sys"], "globals": [], "argv": [], "orig_argv": [], "flags": [], "fds": []}
+    record = {"exit_code": 0}
+
+    def case(imported: list[str]) -> dict:
+        raw = json.dumps({**view, "imported": imported, "hits": 0, "tasks": 1}).encode()
+        return {**record, "output_b64": base64.b64encode(raw).decode()}
+
+    assert _pristine(case(["re", "json"]), case(["re", "json"]))["same_start"] is True
+    assert _pristine(case(["re", "json"]), case(["json", "re"]))["same_start"] is False
+    assert _pristine(case(["re", "json"]), case(["json"]))["same_start"] is False
 
 
 @ON_MODULE_LOOP
