@@ -626,8 +626,8 @@ def _preload(fresh: tuple[dict, dict]) -> object | None:
             _swap(sys.path_importer_cache, finders)
             try:
                 __import__(root)
-            except ImportError:
-                continue  # not in this image: a program imports it (or fails to) as usual
+            except Exception:  # an image without it, or with a broken one: the zygote goes on,
+                continue  # and a program imports it (or fails to) as usual
             preloaded[root] = (
                 {key: module for key, module in sys.modules.items() if key not in modules},
                 {key: finder for key, finder in sys.path_importer_cache.items() if key not in finders},

@@ -251,7 +251,8 @@ async def test_what_the_preloaded_modules_leave_a_program_to_tell_apart(
 ) -> None:
     """The preloaded modules' differences docs/reward.md lists: importlib's ``_find_and_load`` is
     the runner's until every preloaded module was asked for, an ``importlib.import_module``
-    traceback shows its frame, and an audit hook sees no event for what a handed-over copy holds."""
+    traceback shows its frame, a handed-over module's objects are frozen like the zygote's, and an
+    audit hook sees no event for what a handed-over copy holds."""
     finder = "import _frozen_importlib as b\nprint(b._find_and_load.__code__.co_firstlineno)\n"
     fresh_line = (await run(worker, finder, zygote=False))[0][0]
     assert (await run(worker, finder, zygote=True))[0][0] != fresh_line
@@ -264,6 +265,10 @@ async def test_what_the_preloaded_modules_leave_a_program_to_tell_apart(
     assert [line for line in forked_lines if line not in fresh_lines] == [
         next(line for line in forked_lines if "_find_and_load" in line)
     ]
+    # handed over, not imported again: json's objects are the zygote's, frozen (gc.get_objects skips them)
+    tracked = "import gc, json\nprint(any(o is json.loads for o in gc.get_objects()))\n"
+    assert await run(worker, tracked, zygote=False) == [("True\n", 0)]
+    assert await run(worker, tracked, zygote=True) == [("False\n", 0)]
     audited = "import sys\nseen = []\nsys.addaudithook(lambda e, a: e == 'import' and seen.append(a[0]))\n"
     audited += "import json\nprint(seen)\n"
     fresh_seen = ast.literal_eval((await run(worker, audited, zygote=False))[0][0])
