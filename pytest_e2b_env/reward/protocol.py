@@ -11,14 +11,16 @@ from __future__ import annotations
 import base64
 import json
 import secrets
+import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pytest_e2b_env.standalone import assemble
+from pytest_e2b_env.standalone.reward_runner import CASE_ENV, ZYGOTE_BOOT
 
 REMOTE_DIR = "/opt/pytest-e2b-env/reward"
 RUNNER = f"{REMOTE_DIR}/runner.py"
-SERVE_DIR = f"{REMOTE_DIR}/serve"  # root-only FIFOs of the persistent runner (req, resp) and its pid
+SERVE_DIR = f"{REMOTE_DIR}/serve"  # root-only FIFOs of the persistent runner (req, resp, out) and its pid
 # Root-only (0700) upload directory for payloads too big for one command: a file the files API
 # writes is world-readable (0644), and every case of the candidate could read all its inputs.
 INBOX_DIR = f"{REMOTE_DIR}/inbox"
@@ -160,8 +162,12 @@ def install_command(payload: Payload) -> str:
 
     The persistent runner (``runner.py --serve``) saves an interpreter start-up (and a compile of
     the runner) per candidate, and answering the preflight itself, it is the very process, zygote
-    included, that the preflight proved. ``setsid`` keeps it alive after the command. A template
-    without ``mkfifo`` or ``setsid`` runs the preflight, and then every candidate, one-shot.
+    included, that the preflight proved. ``setsid`` keeps it alive after the command. It starts
+    as its zygote must (``ZYGOTE_BOOT``: ``python3 -I -B``, the case's environment alone, a
+    seekable stdin, stdout a FIFO as a case's is a pipe, stderr ``/dev/null``) and forks into the
+    runner and its zygote: one interpreter start and one compile of the runner per worker. A
+    template without ``mkfifo``, ``setsid`` or ``env`` runs the preflight, and then every
+    candidate, one-shot.
     """
     runner = runner_text()
     delimiter = "PE2B_RUNNER_" + secrets.token_hex(8)
@@ -172,13 +178,15 @@ def install_command(payload: Payload) -> str:
         f"set -e; umask 022; mkdir -p {REMOTE_DIR}/jobs {SERVE_DIR} {INBOX_DIR};"
         f" chmod 755 /opt/pytest-e2b-env {REMOTE_DIR}; chmod 700 {SERVE_DIR}; chmod {inbox_mode} {INBOX_DIR};"
         f" chmod {jobs_mode} {REMOTE_DIR}/jobs;"
-        f" rm -f {SERVE_DIR}/req {SERVE_DIR}/resp {SERVE_DIR}/pid;"
+        f" rm -f {SERVE_DIR}/req {SERVE_DIR}/resp {SERVE_DIR}/out {SERVE_DIR}/pid;"
         f" cat > {RUNNER} <<'{delimiter}'\n{runner}\n{delimiter}\nchmod 444 {RUNNER}\n"
     )
+    environment = " ".join(f"{name}={shlex.quote(value)}" for name, value in CASE_ENV.items())
     serve = (
-        f"if mkfifo -m 600 {SERVE_DIR}/req {SERVE_DIR}/resp 2>/dev/null"
-        " && command -v setsid >/dev/null; then\n"
-        f"setsid {PYTHON} -I -B -S {RUNNER} --serve {SERVE_DIR} </dev/null >/dev/null 2>&1 &\n"
+        f"if mkfifo -m 600 {SERVE_DIR}/req {SERVE_DIR}/resp {SERVE_DIR}/out 2>/dev/null"
+        " && command -v setsid >/dev/null && command -v env >/dev/null; then\n"
+        f"setsid env -i {environment} {PYTHON} -I -B -c {shlex.quote(ZYGOTE_BOOT)}"
+        f" {RUNNER} {RUNNER} --serve {SERVE_DIR} </dev/null 1<>{SERVE_DIR}/out 2>/dev/null &\n"
         f"echo $! > {SERVE_DIR}/pid\nfi\n"
     )
     return prefix + serve + run_command(payload.stdin(), PREFLIGHT_SECONDS, open_seconds=30)

@@ -1,7 +1,8 @@
 """In-sandbox runner: runs candidate programs on each test input, every case isolated.
 
 This module is uploaded to each worker once, assembled (``linux`` embedded: see
-``standalone/assemble.py``), and runs there as sandbox root under ``/usr/bin/python3 -I -B -S``
+``standalone/assemble.py``), and runs there as sandbox root: persistent, in the interpreter its
+zygote is forked from (``ZYGOTE_BOOT``), or one-shot under ``/usr/bin/python3 -I -B -S``
 (standard library only; it never imports pytest_e2b_env). One invocation evaluates one
 candidate, or a batch of them side by side: the host sends a header line and the payload on
 stdin (a heredoc in the same command, so a batch costs one round trip) and reads one JSON line
@@ -362,22 +363,29 @@ def _find_and_load(name, import_):
                 return modules[name]
     return find_and_load(name, import_)
 """
-#: Found in the command line of the zygote and of every process forked from it.
+#: Found in the command line of the zygote and of every process forked from it (and of the
+#: persistent runner, whose interpreter the zygote is forked from: see :func:`zygote_serve`).
 ZYGOTE_NAME = "pytest_e2b_env_zygote"
 #: The zygote's whole program (``python3 -I -B -c``): it takes the snapshot above first thing,
-#: runs this module's code (``argv[1]``: the runner's own code object, marshalled, which saves
-#: compiling it again) as ``argv[2]`` and serves the runner on fd ``argv[3]``. In a case's B,
-#: :func:`zygote_serve` returns the candidate's program, which runs here, at the bottom of the
-#: stack, as ``python3 -I -B solution.py`` runs it (one frame, this one, below its own).
+#: runs this module's code as ``argv[2]`` and hands ``argv[3:]`` to :func:`zygote_serve`. Started
+#: by the install command (``argv[3]`` is ``--serve``), ``argv[1]`` is this module's source, and
+#: the process forks into the persistent runner and its zygote; started again by a runner whose
+#: zygote died, ``argv[1]`` is the runner's own code object, marshalled (no compile), and ``argv[3]``
+#: the descriptor it serves on. In a case's B, :func:`zygote_serve` returns the candidate's
+#: program, which runs here, at the bottom of the stack, as ``python3 -I -B solution.py`` runs it
+#: (one frame, this one, below its own).
 ZYGOTE_BOOT = """\
 import sys
 fresh = dict(sys.modules), dict(sys.path_importer_cache)
-import marshal
 with open(sys.argv[1], "rb") as fh:
-    code = marshal.load(fh)
+    if sys.argv[3] == "--serve":
+        code = compile(fh.read(), sys.argv[1], "exec", dont_inherit=True)
+    else:
+        import marshal
+        code = marshal.load(fh)
 runtime = {"__name__": "pytest_e2b_env_zygote", "__file__": sys.argv[2]}  # ZYGOTE_NAME
 exec(code, runtime)
-program = runtime["zygote_serve"](int(sys.argv[3]), fresh)
+program = runtime["zygote_serve"](sys.argv[3:], fresh)
 del fresh, fh, code, runtime
 error = program.error
 if error is None:
@@ -560,14 +568,18 @@ def _become(code_path: str, err_pipe: int, unprivileged: bool) -> _Program:
         return _Program(None, main.__dict__, exc.with_traceback(None))
 
 
-def zygote_serve(control_fd: int, fresh: tuple[dict, dict]) -> _Program:
-    """The zygote: fork a case's A for each request on ``control_fd``; returns in a case's B only.
+def zygote_serve(args: list[str], fresh: tuple[dict, dict]) -> _Program:
+    """The zygote: fork a case's A for each request on its control socket; returns in a case's B only.
 
+    ``args``: ``["--serve", directory]`` from the install command (the process first forks: the
+    parent becomes the persistent runner, serving ``directory``, and never returns; the child is
+    its zygote), or the control descriptor's number, from a runner that started a zygote again.
     A request is a spec (its isolation and limits: no program, input or nonce) with three
     descriptors: A's output and status pipes and B's ``go`` socket. The answer is A's pidfd (the
     runner kills a wedged A with it; the zygote reaps). Ends when the runner closes its end.
     """
     global _FRESH, _PRELOADED
+    control_fd = _fork_runner(args[1]) if args[0] == "--serve" else int(args[0])
     _FRESH = fresh
     _PRELOADED = _preload(fresh)
     control = socket.socket(fileno=control_fd)
@@ -597,6 +609,31 @@ def zygote_serve(control_fd: int, fresh: tuple[dict, dict]) -> _Program:
             socket.send_fds(control, [b"A"], [pidfd])
         finally:
             os.close(pidfd)
+
+
+def _fork_runner(directory: str) -> int:
+    """In the interpreter the install command started, before it holds anything of a request: fork.
+
+    The parent is the persistent runner (the pid the install command recorded): it serves
+    ``directory`` and exits when done, never returning. The child is its zygote, started as a
+    zygote the runner starts itself would be (the case's environment, standard descriptors of a
+    case's kinds, this module loaded), for one interpreter start less; the control socket's
+    descriptor (3, as there) is returned to it.
+    """
+    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:
+        parent.close()
+        os.dup2(child.detach(), 3)
+        os.closerange(4, 1 << 16)
+        return 3
+    child.close()
+    ZYGOTE.control, ZYGOTE.pid = parent, pid
+    try:
+        os.umask(0o022)
+        serve(directory)
+    finally:
+        os._exit(0)
 
 
 def _swap(table: dict, content: dict) -> None:
@@ -1098,8 +1135,10 @@ class _Run:
 class _Zygote:
     """The runner's side of the zygote (see the module docstring).
 
-    Started before the runner reads a request (the runner holds no program or input yet, and the
-    exec leaves nothing of it anyway); started again once if it died. Its fds 0 to 2 are of the
+    A persistent runner's first zygote is forked from their common interpreter before either
+    reads a request (:func:`_fork_runner`). Otherwise it is started here, by exec, before the
+    runner reads a request (the runner holds no program or input yet, and the exec leaves nothing
+    of it anyway); started again once if it died. Its fds 0 to 2 are of the
     kinds a case's are (a seekable stdin, a pipe for stdout, ``/dev/null`` for stderr), so the
     standard streams it built at start-up are the ones a fresh interpreter would build for the case.
     """
@@ -1608,7 +1647,8 @@ def serve(directory: str) -> None:
     """
     request, response = os.path.join(directory, "req"), os.path.join(directory, "resp")
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    ZYGOTE.start()  # before any request: it boots while the runner waits for one
+    if ZYGOTE.control is None:  # a runner the install command started has its zygote already
+        ZYGOTE.start()  # before any request: it boots while the runner waits for one
     while True:
         with open(request, "rb") as fh:  # blocks until a client writes a request
             raw = fh.read()

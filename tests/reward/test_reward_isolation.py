@@ -13,7 +13,7 @@ from reward_helpers import TOTAL, completion, program
 
 from pytest_e2b_env.emulator import Emulator
 from pytest_e2b_env.reward import Isolation, Limits, PreflightError, RewardPool
-from pytest_e2b_env.reward.protocol import Payload
+from pytest_e2b_env.reward.protocol import SERVE_DIR, Payload
 from pytest_e2b_env.reward.workers import Worker, WorkerClient, probe_source
 
 pytestmark = pytest.mark.namespaces
@@ -166,13 +166,16 @@ async def test_output_over_the_cap_in_every_case_at_once_is_output_too_large(
 
 
 async def _set_up_ahead(worker: Worker, expected: int) -> int:
-    """How many cases the persistent runner holds ready (the live children of its zygote, which it
-    started with a ``-c`` program), once it has settled."""
+    """How many cases the persistent runner holds ready (the live children of its zygote, a ``-c``
+    program forked beside it or started by it), once it has settled."""
     deadline = time.monotonic() + 15
     while True:
-        listing = await worker.sandbox.commands.run("ps -eo pid=,ppid=,stat=,args=", user="root")
-        rows = [line.split(None, 3) for line in listing.stdout.splitlines()]
-        runners = {pid for pid, _, _, args in rows if "runner.py --serve" in args}
+        listing = await worker.sandbox.commands.run(
+            f"cat {SERVE_DIR}/pid; ps -eo pid=,ppid=,stat=,args=", user="root"
+        )
+        recorded, *lines = listing.stdout.splitlines()
+        rows = [line.split(None, 3) for line in lines]
+        runners = {recorded.strip()}  # the zygote forked beside the runner has its command line too
         zygotes = {pid for pid, ppid, _, args in rows if ppid in runners and " -c " in args}
         ready = sum(1 for _, ppid, stat, _ in rows if ppid in zygotes and not stat.startswith("Z"))
         if ready == expected or time.monotonic() > deadline:

@@ -24,7 +24,7 @@ import pytest_asyncio
 
 from pytest_e2b_env.emulator import Emulator
 from pytest_e2b_env.reward import Isolation
-from pytest_e2b_env.reward.protocol import Payload
+from pytest_e2b_env.reward.protocol import SERVE_DIR, Payload
 from pytest_e2b_env.reward.workers import Worker, WorkerClient, probe_source
 from pytest_e2b_env.standalone.reward_runner import PRISTINE_CHECK, ZYGOTE_NAME, _pristine
 
@@ -337,11 +337,19 @@ def test_the_pristineness_check_finds_a_copy_and_not_its_own_needle(tmp_path: Pa
 
 
 async def runner_and_zygote(sandbox: Worker) -> tuple[str, str, str]:
-    """(persistent runner's pid, its command line, its zygote's pid) once both are up (bounded)."""
+    """(persistent runner's pid, its command line, its zygote's pid) once both are up (bounded).
+
+    The runner is the pid the install command recorded: the zygote forked beside it, and the
+    cases forked from that (orphans once it dies), have its command line too."""
     for _ in range(50):
-        listing = await sandbox.sandbox.commands.run("ps -ww -eo pid=,ppid=,args=", user="root")
-        rows = [line.split(None, 2) for line in listing.stdout.splitlines()]
-        runners = [(pid, args) for pid, _, args in rows if "runner.py --serve" in args]
+        listing = await sandbox.sandbox.commands.run(
+            f"cat {SERVE_DIR}/pid; ps -ww -eo pid=,ppid=,args=", user="root"
+        )
+        recorded, *lines = listing.stdout.splitlines()
+        rows = [line.split(None, 2) for line in lines]
+        runners = [
+            (pid, args) for pid, _, args in rows if pid == recorded.strip() and "runner.py --serve" in args
+        ]
         zygotes = [
             pid for pid, ppid, args in rows if runners and ppid == runners[0][0] and ZYGOTE_NAME in args
         ]
