@@ -622,6 +622,11 @@ def _fork_runner(directory: str) -> int:
     """
     parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = os.fork()
+    # The FIFO on fd 1 served only the start (the streams are built): neither side writes to it
+    # and nobody reads it, so it goes, lest a stray write block once its buffer is full.
+    null = os.open("/dev/null", os.O_WRONLY)
+    os.dup2(null, 1)
+    os.close(null)
     if pid == 0:
         parent.close()
         os.dup2(child.detach(), 3)
