@@ -364,7 +364,12 @@ async def test_the_persistent_runner_answered_the_preflight(worker: tuple[Worker
     """The install command starts the persistent runner first and sends it the preflight: the
     process (and zygote) the candidates reach is the one the preflight proved."""
     assert PREFLIGHT["served"] is True
-    await runner_and_zygote(worker[1])
+    runner, _, zygote = await runner_and_zygote(worker[1])
+    # forked from one interpreter started on a FIFO (for its streams' sake), both left it after
+    outs = await worker[1].sandbox.commands.run(
+        f"readlink /proc/{runner}/fd/1 /proc/{zygote}/fd/1", user="root"
+    )
+    assert outs.stdout.split() == ["/dev/null", "/dev/null"]
 
 
 @ON_MODULE_LOOP
