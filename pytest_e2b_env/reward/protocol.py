@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pytest_e2b_env.standalone import assemble
-from pytest_e2b_env.standalone.reward_runner import CASE_ENV, ZYGOTE_BOOT
 
 REMOTE_DIR = "/opt/pytest-e2b-env/reward"
 RUNNER = f"{REMOTE_DIR}/runner.py"
@@ -181,11 +180,15 @@ def install_command(payload: Payload) -> str:
         f" rm -f {SERVE_DIR}/req {SERVE_DIR}/resp {SERVE_DIR}/out {SERVE_DIR}/pid;"
         f" cat > {RUNNER} <<'{delimiter}'\n{runner}\n{delimiter}\nchmod 444 {RUNNER}\n"
     )
-    environment = " ".join(f"{name}={shlex.quote(value)}" for name, value in CASE_ENV.items())
+    case_env = assemble.constant("reward_runner", "CASE_ENV")
+    boot = assemble.constant("reward_runner", "ZYGOTE_BOOT")
+    assert isinstance(case_env, dict)
+    assert isinstance(boot, str)
+    environment = " ".join(f"{name}={shlex.quote(value)}" for name, value in case_env.items())
     serve = (
         f"if mkfifo -m 600 {SERVE_DIR}/req {SERVE_DIR}/resp {SERVE_DIR}/out 2>/dev/null"
         " && command -v setsid >/dev/null && command -v env >/dev/null; then\n"
-        f"setsid env -i {environment} {PYTHON} -I -B -c {shlex.quote(ZYGOTE_BOOT)}"
+        f"setsid env -i {environment} {PYTHON} -I -B -c {shlex.quote(boot)}"
         f" {RUNNER} {RUNNER} --serve {SERVE_DIR} </dev/null 1<>{SERVE_DIR}/out 2>/dev/null &\n"
         f"echo $! > {SERVE_DIR}/pid\nfi\n"
     )

@@ -63,6 +63,22 @@ def source(name: str) -> str:
     return path.read_text(encoding="utf-8")
 
 
+@functools.cache
+def constant(name: str, attribute: str) -> object:
+    """The literal value a top-level ``attribute = ...`` of the standalone module ``name`` has,
+    read from its source: the host needs a few of a sandbox script's constants (the reward runner's
+    boot program and case environment) without importing, so running, the script itself."""
+    for node in ast.parse(source(name), f"{name}.py").body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == attribute for target in node.targets
+        ):
+            try:
+                return ast.literal_eval(node.value)
+            except ValueError:
+                raise AssemblyError(f"{name}.py:{node.lineno}: {attribute} is not a literal") from None
+    raise AssemblyError(f"{name}.py has no top-level {attribute}")
+
+
 def imports_of(name: str, text: str) -> list[str]:
     """The standalone modules ``text`` imports, in source order (each relative import names one or more)."""
     found: list[str] = []

@@ -258,3 +258,15 @@ def test_the_once_check_names_a_copy(tmp_path: Path) -> None:
         "probe/standalone/runner.py defines mount (standalone/linux.py has it)",
         "probe/standalone/runner.py:3 loads libc (take standalone/linux.py's)",
     ]
+
+
+def test_a_constant_read_from_the_source_is_the_modules_own() -> None:
+    """The host reads the runner's boot program and case environment from its text, unimported."""
+    from pytest_e2b_env.standalone import reward_runner
+
+    assert assemble.constant("reward_runner", "ZYGOTE_BOOT") == reward_runner.ZYGOTE_BOOT
+    assert assemble.constant("reward_runner", "CASE_ENV") == reward_runner.CASE_ENV
+    with pytest.raises(assemble.AssemblyError, match="_MODULE_CODE is not a literal"):
+        assemble.constant("reward_runner", "_MODULE_CODE")
+    with pytest.raises(assemble.AssemblyError, match="no top-level NOWHERE"):
+        assemble.constant("reward_runner", "NOWHERE")
