@@ -823,6 +823,7 @@ class _OwnTime:
         self.first = first  # the tree's usage at the start (see _tree_usage), None without /proc
         self.alone = first is not None and first[2] == 1 and not first[3]
         self.own = self.spent = self.waited = self.blocked = 0.0
+        self.floor = 0.0  # the tree's CPU over its CPUs at the last walk: its own time is never less
         self.looked = self.walked = start
         self.state = "?"
 
@@ -832,13 +833,17 @@ class _OwnTime:
         # A look counts the time since the one before: a stall seen now is taken to have lasted.
         self.blocked += now - self.looked if state == "D" else 0.0
         self.looked = now
-        self.spent = now - self.start - waited  # its uninterruptible sleep counted as its own
-        self.own = self.spent - self.blocked if self.alone else self.spent
+        # its uninterruptible sleep counted as its own
+        self.spent = max(now - self.start - waited, self.floor)
+        self.own = max(self.spent - self.blocked if self.alone else self.spent, self.floor)
 
     def wants_tree(self, now: float) -> bool:
         """Whether to walk its tree now: only once it waited or stalled (the walk costs up to
-        MAX_TREE reads), at most twice a second, and at every decision."""
-        due = now - self.walked >= 10 * LOOK_SECONDS or self.own >= self.seconds or now >= self.hard
+        MAX_TREE reads), at most twice a second, at every decision, and at every look once the tree
+        could have reached its deadline since the last walk (its time per CPU grows no faster than
+        the wall clock): a walk just short of it would otherwise leave the next half second unseen."""
+        could = self.floor + (now - self.walked) >= self.seconds
+        due = now - self.walked >= 10 * LOOK_SECONDS or could or self.own >= self.seconds or now >= self.hard
         return due and (self.waited > 0 or self.blocked > 0) and self.first is not None
 
     def tree(self, now: float, usage: tuple) -> None:
@@ -847,8 +852,9 @@ class _OwnTime:
         self.walked = now
         used = usage[0] - self.first[0]
         self.alone = self.alone and usage[2] == 1 and not usage[3] and used <= now - self.start + 0.05
-        self.spent = max(self.spent, used / usage[1])
-        self.own = max(self.spent - self.blocked if self.alone else self.spent, used / usage[1])
+        self.floor = max(self.floor, used / usage[1])
+        self.spent = max(self.spent, self.floor)
+        self.own = max(self.spent - self.blocked if self.alone else self.spent, self.floor)
 
     def left(self, now: float) -> float:
         """Seconds until it must be stopped: its own time or the backstop, whichever comes first."""

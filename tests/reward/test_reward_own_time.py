@@ -94,3 +94,23 @@ def test_without_proc_the_deadline_is_wall_time() -> None:
     when, starved = _run(_OwnTime(0.0, 2.0, 10.0, None), _forever("?"))
     assert abs(when - 2.0) < 2 * LOOK_SECONDS
     assert not starved
+
+
+def test_a_walk_just_short_of_the_deadline_is_followed_at_every_look() -> None:
+    """A tree that shares its one CPU with a child of its own: the walk at 1.5 s sees 1.49 s per CPU.
+    Its own time stays at that (a look does not drop it back to its wait-less wall time), and the
+    next looks walk again: it is stopped within a look of its deadline, not half a second later."""
+    clock = _OwnTime(0.0, 1.5, 20.0, (0.0, 2, 1, 0))
+    walks = []
+    now = 0.0
+    while clock.left(now) > 0:
+        now = round(now + LOOK_SECONDS, 6)
+        clock.look(now, now / 2, "R")  # half its wall time waiting: its child holds the CPU
+        if clock.wants_tree(now):
+            walks.append(now)
+            clock.tree(now, (now - 0.02, 1, 2, 0))  # the tree's CPU, a little behind the wall
+        assert clock.own >= clock.floor
+        assert now < 2.0, (now, walks)
+    assert 1.5 <= now <= 1.5 + 2 * LOOK_SECONDS
+    assert walks[:3] == [0.5, 1.0, 1.5]
+    assert clock.starved is False
