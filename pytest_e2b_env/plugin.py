@@ -234,10 +234,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         runtime.stale_runs = stale_run_lines(runtime.settings.run_id)
     eager = not (_is_dist_controller(config) or runtime.settings.live or config.option.collectonly)
     if eager and catalog_wanted(config, runtime.settings):
-        if not hasattr(config, "workerinput") and not _narrowed(config):
-            runtime.preopen_lanes()  # the whole catalog is likely to run: lanes' targets open now
-        # Opens while pytest collects; a startup failure is remembered and each case reports it.
-        runtime.open_soon()
+        # The whole catalog is likely to run: the lanes' targets open now, and serve this
+        # process's needs (the header's facts, the one target when no lane starts).
+        whole = not hasattr(config, "workerinput") and not _narrowed(config)
+        if not (whole and runtime.preopen_lanes()):
+            # Opens while pytest collects; a startup failure is remembered and each case reports it.
+            runtime.open_soon()
 
 
 def _narrowed(config: pytest.Config) -> bool:

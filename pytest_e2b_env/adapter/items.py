@@ -71,6 +71,9 @@ class CaseItem(pytest.Item):
         runtime = self.config.stash[runtime_key]
         if runtime.settings.mode not in self.case.modes:
             return
+        lanes = runtime.lanes
+        if lanes is not None and lanes.done(self.nodeid):
+            return  # its lane ran it (on a target of its own): nothing runs here
         try:
             runtime.target()
             return
@@ -89,12 +92,12 @@ class CaseItem(pytest.Item):
             reason = f"not runnable {settings.mode}: {self.case.modes_reason}"
             self.e2b_result = CaseRecord.for_case(self.case, self.subject.spec, "skipped", reason)
             pytest.skip(reason)
-        target = runtime.target()  # opened by setup()
         lanes = runtime.lanes
         result = lanes.result(self.nodeid) if lanes is not None and lanes.owns(self.nodeid) else None
         if result is None:  # no lane ran it: on this process's target, in this process's case host
             from pytest_e2b_env.adapter.lanes import run_on
 
+            target = runtime.target()  # opened by setup()
             host = runtime.host(self.case.subject)
             assert host is not None  # items exist only for kinds with a subject
             result = run_on(self.case, settings, target, host)

@@ -95,6 +95,9 @@ class PreOpened:
         self._open = open_target
         self._lock = threading.Lock()
         self._ready: queue.Queue[tuple[Target | None, Exception | None]] = queue.Queue()
+        self._first: Target | None = None  # the first to open, for what every target shares
+        self._answered = 0  # openers done, opened or not
+        self._some = threading.Condition(self._lock)
         self._left = count  # opened or opening, not yet taken
         self._closers: list[threading.Thread] = []
         self._done = threading.Event()
@@ -106,11 +109,29 @@ class PreOpened:
             thread.start()
 
     def _one(self) -> None:
+        target: Target | None = None
         try:
-            self._ready.put((self._open(), None))
+            target = self._open()
+            self._ready.put((target, None))
         except Exception as exc:  # handed to the lane that takes it, which reports it
             self._ready.put((None, exc))
+        with self._some:
+            self._answered += 1
+            if self._first is None:
+                self._first = target
+            self._some.notify_all()
         self._done.wait()  # its emulator lives as long as this thread
+
+    def first(self) -> Target | None:
+        """The first target to open (waiting for one), for what all of them share (their isolation),
+        whoever takes it; None when none opened. It may be closed by now: read its facts only."""
+
+        def settled() -> bool:
+            return self._first is not None or self._answered == len(self._openers)
+
+        with self._some:
+            self._some.wait_for(settled, OPEN_TIMEOUT)
+            return self._first
 
     def take(self) -> Target:
         """A pre-opened target (waiting for one still opening), or a new one when none is left."""
@@ -252,6 +273,11 @@ class Lanes:
     def owns(self, key: str) -> bool:
         """Whether a lane will produce this case's record."""
         return key in self._outcomes
+
+    def done(self, key: str) -> bool:
+        """Whether a lane has run this case (its record, or the error it met, is in)."""
+        outcome = self._outcomes.get(key)
+        return outcome is not None and outcome.done.is_set()
 
     def result(self, key: str) -> CaseRecord | None:
         """The case's record, waiting for its lane; None when no lane will run it (run it here)."""

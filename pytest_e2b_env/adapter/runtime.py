@@ -55,6 +55,7 @@ class Runtime:
         self.lanes: Lanes | None = None
         self._preopened: PreOpened | None = None
         self._own: PreOpened | None = None  # this process's target, opening in the background
+        self._facts: Target | None = None  # a lane's target, for the facts all targets share
         #: The API keys of every target this process opened (its own, its lanes'): redacted from
         #: all the plugin prints or hands pytest, as from the bundle.
         self.keys: list[str] = []
@@ -144,8 +145,10 @@ class Runtime:
             raise InfrastructureError(self._failure)
         if self._target is None:
             try:
-                # _own: opening in the background since session start (open_soon)
-                target = self._own.take() if self._own is not None else self._open_lane_target()
+                # _own: opening in the background since session start (open_soon); else, with no
+                # lanes running, the one pre-opened target they left (start_lanes), or a new one
+                source = self._own or (self._preopened if self.lanes is None else None)
+                target = source.take() if source is not None else self._open_lane_target()
             except Exception as exc:  # remembered: every later case fails fast with the same message
                 self._failure = f"the {self.settings.mode} target did not start: {self.brief(exc, None)}"
                 self.problems.append(self._failure)
@@ -178,11 +181,17 @@ class Runtime:
 
     @property
     def target_if_open(self) -> Target | None:
-        """The target when started or starting (waited for); never starts one (the header asks)."""
+        """The target when started or starting (waited for); never starts one (the header asks).
+
+        A whole catalog in lanes opens no target of this process's own (:meth:`preopen_lanes`):
+        then it is the first lane target to open, whose facts (its isolation) are every target's.
+        """
         if self._target is None and self._own is not None and self._failure is None:
             with contextlib.suppress(InfrastructureError):  # remembered: the cases report it
                 self.target()
-        return self._target
+        if self._target is None and self._preopened is not None and self._failure is None:
+            self._facts = self._preopened.first() or self._facts
+        return self._target if self._target is not None else self._facts
 
     @property
     def loaded_cases(self) -> list[Case] | None:
@@ -242,16 +251,20 @@ class Runtime:
         self.keys.append(target.api_key)
         return target
 
-    def preopen_lanes(self) -> None:
-        """Open the lanes' targets in the background now (session start), while pytest collects.
+    def preopen_lanes(self) -> bool:
+        """Open the lanes' targets in the background now (session start), while pytest collects;
+        whether it did.
 
         Offline only (live, the lanes' proxies open when the lanes start). Those the lanes do not
-        use (fewer cases than lanes, no lanes at all) are closed once collection is over.
+        use (fewer cases than lanes) are closed once collection is over, but one when no lane
+        starts: it is then this process's target. With lanes, this process opens its own target
+        only if something runs here (a fixture, a case no lane could run): one emulator less.
         """
         if self.settings.lanes >= 2 and not self.settings.live and self._preopened is None:
             from pytest_e2b_env.adapter.lanes import PreOpened
 
             self._preopened = PreOpened(self._open_lane_target, self.settings.lanes)
+        return self._preopened is not None
 
     def start_lanes(
         self, cases: list[tuple[str, Case, SubjectInfo]], seconds: dict[str, float] | None = None
@@ -263,8 +276,12 @@ class Runtime:
         ``seconds`` (each case's expected time, last run or reference) starts the longest first.
         """
         started = self._start_lanes(cases, seconds)
-        if self._preopened is not None:  # the targets no lane takes go now
-            self._preopened.keep(self.lanes.width if self.lanes is not None else 0)
+        if self._preopened is not None:  # the targets no lane takes go now, but one for this process
+            own = self._own is None and self._target is None
+            self._preopened.keep(self.lanes.width if self.lanes is not None else int(own))
+            if own and not started:  # it is this process's now: the warm-up may use it
+                with contextlib.suppress(InfrastructureError):  # remembered: the cases report it
+                    self.target()
         return started
 
     def _start_lanes(
@@ -305,11 +322,13 @@ class Runtime:
                 lanes.abort()
             lanes.close()
             self.problems.extend(lanes.problems)
+        own.join(timeout=900)
+        self.problems.extend(own_problems)
+        # After this process's own release: its target may be one pre-opened here, and an
+        # emulator ends with the thread that opened it.
         preopened, self._preopened = self._preopened, None
         if preopened is not None:
             preopened.close()
-        own.join(timeout=900)
-        self.problems.extend(own_problems)
         self._end_templates()
 
     def _end_templates(self) -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from typing import Any
 
 import pytest
-from plugin_helpers import CASES, write_project
+from plugin_helpers import CASES, only_bundle, write_project
 
 from pytest_e2b_env.adapter.lanes import PreOpened
 from pytest_e2b_env.errors import EmulatorError
@@ -67,6 +68,7 @@ def test_an_opening_error_goes_to_the_lane_that_takes_it() -> None:
 
 
 TRACE = """
+import json
 import pytest
 from pytest_e2b_env.adapter.keys import runtime_key
 
@@ -75,6 +77,14 @@ def pytest_collection_finish(session):
     runtime = session.config.stash[runtime_key]
     with open("preopened.txt", "w") as f:
         f.write(str(runtime._preopened is not None))
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session):
+    runtime = session.config.stash[runtime_key]
+    with open("own.json", "w") as f:
+        json.dump({"opening": runtime._own is not None, "opened": runtime._target is not None,
+                   "lanes": runtime.lanes.width if runtime.lanes is not None else 0,
+                   "emulators": len(runtime.keys)}, f)
 """
 
 
@@ -83,7 +93,9 @@ def pytest_collection_finish(session):
 def test_lane_targets_open_at_session_start_unless_the_selection_is_narrowed(
     pytester: pytest.Pytester, args: tuple[str, ...], preopened: str
 ) -> None:
-    """The whole catalog: lanes' targets open while pytest collects; -k waits for the selection."""
+    """The whole catalog: lanes' targets open while pytest collects, and the session opens no
+    target of its own (its header still names the isolation); -k waits for the selection, and
+    the session's own target opens meanwhile."""
     write_project(pytester)
     (pytester.path / "mycases" / "reward.toml").write_text(
         CASES + CASES.replace('id = "reward-tiny-', 'id = "reward-tiny2-')
@@ -92,6 +104,32 @@ def test_lane_targets_open_at_session_start_unless_the_selection_is_narrowed(
     result = pytester.runpytest("--e2b-lanes", "3", "--e2b-evidence", "ev", *args)
     result.assert_outcomes(passed=4 if not args else 2)
     assert (pytester.path / "preopened.txt").read_text() == preopened
+    own = json.loads((pytester.path / "own.json").read_text())
+    if not args:  # three opened (every key is kept for redaction), all the lanes'
+        assert own == {"opening": False, "opened": False, "lanes": 3, "emulators": 3}
+    else:
+        assert own["opening"] is True
+        assert own["lanes"] == 2
+    result.stdout.fnmatch_lines(["e2b: mode=offline run_id=* isolation=*", "e2b: * level: *"])
+    manifest = json.loads((only_bundle(pytester.path / "ev") / "run-manifest.json").read_text())
+    assert manifest["isolation"] == result.stdout.str().split("isolation=", 1)[1].split()[0]
+
+
+@pytest.mark.full
+def test_with_no_lane_to_start_one_pre_opened_target_is_the_sessions(pytester: pytest.Pytester) -> None:
+    """Lanes asked for but one runnable case (no lane starts): the session takes one of the
+    pre-opened targets as its own, at collection's end, and closes the others."""
+    write_project(pytester)
+    (pytester.path / "mycases" / "reward.toml").write_text(
+        CASES.split("[[case]]")[0] + "[[case]]" + CASES.split("[[case]]")[1]
+    )
+    pytester.makeconftest(TRACE)
+    result = pytester.runpytest("--e2b-lanes", "3", "--e2b-evidence", "ev")
+    result.assert_outcomes(passed=1)
+    assert (pytester.path / "preopened.txt").read_text() == "True"
+    own = json.loads((pytester.path / "own.json").read_text())
+    assert own == {"opening": False, "opened": True, "lanes": 0, "emulators": 3}
+    assert _openers() == []
 
 
 REFUSE_EMULATOR = """
