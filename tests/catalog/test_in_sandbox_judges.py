@@ -33,8 +33,17 @@ CATCHES: dict[str, tuple[str, Any]] = {
     "fill-disk": (OWN_DOING, [None, 1.0]),
 }
 CLEAN = ["baseline_reward_in_sandbox:make_reward", "pytest_e2b_env.reward:reward_subject"]
+#: The full tier only: the judge gives up only after two cells outlived its timeout (about 40 s in all)
+HELD = {"patched-time"}
 ROWS = [
-    pytest.param(case, spec, "failed", scores, id=f"{case}-catches-{spec.split(':')[0]}")
+    pytest.param(
+        case,
+        spec,
+        "failed",
+        scores,
+        id=f"{case}-catches-{spec.split(':')[0]}",
+        marks=[pytest.mark.full] if case in HELD else [],
+    )
     for case, (spec, scores) in CATCHES.items()
 ] + [
     pytest.param(case, spec, "passed", [0.0, 1.0], id=f"{case}-passes-{spec.split(':')[0]}")

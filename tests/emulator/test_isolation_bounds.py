@@ -406,6 +406,7 @@ def test_the_watchdog_reads_a_bounded_number_of_proc_files() -> None:
             " print('up', flush=True); time.sleep(60)",
         ],
         stdout=subprocess.PIPE,
+        start_new_session=True,  # its sleepers hold the pipe too: the group is killed, not the parent alone
     )
     try:
         assert parent.stdout is not None
@@ -417,6 +418,7 @@ def test_the_watchdog_reads_a_bounded_number_of_proc_files() -> None:
         assert len(whole.processes) == 30
         assert len(part.processes) < 10
     finally:
+        os.killpg(parent.pid, signal.SIGKILL)
         _end(parent)
 
 
