@@ -55,7 +55,8 @@ class Runtime:
         self.lanes: Lanes | None = None
         self._preopened: PreOpened | None = None
         self._own: PreOpened | None = None  # this process's target, opening in the background
-        self._facts: Target | None = None  # a lane's target, for the facts all targets share
+        self._facts: Target | None = None  # the first to open in the background, for the facts all share
+        self._own_lent = False  # _own's target went to a lane (start_lanes)
         #: The API keys of every target this process opened (its own, its lanes'): redacted from
         #: all the plugin prints or hands pytest, as from the bundle.
         self.keys: list[str] = []
@@ -183,14 +184,13 @@ class Runtime:
     def target_if_open(self) -> Target | None:
         """The target when started or starting (waited for); never starts one (the header asks).
 
-        A whole catalog in lanes opens no target of this process's own (:meth:`preopen_lanes`):
-        then it is the first lane target to open, whose facts (its isolation) are every target's.
+        Until something here takes one (:meth:`target`), it is the first target to open in the
+        background (this process's, or with a whole catalog the lanes'), read for the facts every
+        target shares (its isolation): the lanes may still take it.
         """
-        if self._target is None and self._own is not None and self._failure is None:
-            with contextlib.suppress(InfrastructureError):  # remembered: the cases report it
-                self.target()
-        if self._target is None and self._preopened is not None and self._failure is None:
-            self._facts = self._preopened.first() or self._facts
+        for opening in (self._own, self._preopened):
+            if self._target is None and opening is not None and self._failure is None:
+                self._facts = self._facts or opening.first()
         return self._target if self._target is not None else self._facts
 
     @property
@@ -233,8 +233,12 @@ class Runtime:
         in its contract; the catalog never knows which subject it is. A warm-up may start work in
         the background; it must not raise, and if it does the first case meets the problem itself.
         """
-        target = self._target
-        if target is None:
+        if self._target is None:
+            if self._own is None and self._preopened is None:
+                return
+            with contextlib.suppress(InfrastructureError):  # remembered: the cases report it
+                self.target()  # the one opening in the background since session start
+        if self._target is None:
             return
         kinds = {case.subject for _, case, _ in cases}
         for kind in sorted(kinds):
@@ -301,7 +305,13 @@ class Runtime:
         # their own, and if emulators cannot start at all, the first item reports it and stops.
         from pytest_e2b_env.adapter.lanes import Lanes
 
-        opener = self._preopened.take if self._preopened is not None else self._open_lane_target
+        opener = self._open_lane_target
+        if self._preopened is not None:
+            opener = self._preopened.take
+        elif self._own is not None and self._target is None:
+            # Nothing here took the target opening since session start (the header only read
+            # its facts): the first lane takes it, one emulator less. It is closed after the lanes.
+            opener, self._own_lent = self._own.take, True
         self.lanes = Lanes(self.settings, cases, width, opener, seconds, templates=self.template)
         self.lanes.start()
         return True
@@ -324,11 +334,15 @@ class Runtime:
             self.problems.extend(lanes.problems)
         own.join(timeout=900)
         self.problems.extend(own_problems)
-        # After this process's own release: its target may be one pre-opened here, and an
-        # emulator ends with the thread that opened it.
+        # After this process's own release and the lanes': a target pre-opened here may be
+        # theirs, and an emulator ends with the thread that opened it.
         preopened, self._preopened = self._preopened, None
-        if preopened is not None:
-            preopened.close()
+        lent = None
+        if self._own_lent:
+            lent, self._own = self._own, None
+        for opened in (preopened, lent):
+            if opened is not None:
+                opened.close()
         self._end_templates()
 
     def _end_templates(self) -> None:
@@ -375,6 +389,7 @@ class Runtime:
                     target.close()
                 except Exception as exc:
                     problems.append(f"stopping the target failed: {self.brief(exc)}")
-        own, self._own = self._own, None
-        if own is not None:  # after its target closed (or to close one never taken)
-            own.close()
+        if not self._own_lent:  # (a lane's target otherwise: closed after the lanes, by close())
+            own, self._own = self._own, None
+            if own is not None:  # after its target closed (or to close one never taken)
+                own.close()
