@@ -281,9 +281,9 @@ class Runtime:
         """
         started = self._start_lanes(cases, seconds)
         if self._preopened is not None:  # the targets no lane takes go now, but one for this process
-            own = self._own is None and self._target is None
-            self._preopened.keep(self.lanes.width if self.lanes is not None else int(own))
-            if own and not started:  # it is this process's now: the warm-up may use it
+            wanted = self._own is None and self._target is None  # this process has none coming
+            self._preopened.keep(self.lanes.width if self.lanes is not None else int(wanted))
+            if wanted and not started:  # it is this process's now: the warm-up may use it
                 with contextlib.suppress(InfrastructureError):  # remembered: the cases report it
                     self.target()
         return started

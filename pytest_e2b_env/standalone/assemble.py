@@ -64,11 +64,16 @@ def source(name: str) -> str:
 
 
 @functools.cache
+def _tree(name: str) -> ast.Module:
+    """The parsed source of standalone module ``name``, once per process (the runner is 80 KB)."""
+    return ast.parse(source(name), f"{name}.py")
+
+
 def constant(name: str, attribute: str) -> object:
     """The literal value a top-level ``attribute = ...`` of the standalone module ``name`` has,
     read from its source: the host needs a few of a sandbox script's constants (the reward runner's
     boot program and case environment) without importing, so running, the script itself."""
-    for node in ast.parse(source(name), f"{name}.py").body:
+    for node in _tree(name).body:
         if isinstance(node, ast.Assign) and any(
             isinstance(target, ast.Name) and target.id == attribute for target in node.targets
         ):
