@@ -95,7 +95,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="N",
         default=None,
         dest="e2b_lanes",
-        help="catalog cases run at once, each on its own target (default 4; 1: one after another)",
+        help=(
+            "catalog cases run at once, each on its own target"
+            " (default 3 per CPU, at most 8; 1: one after another)"
+        ),
     )
     for kind, form in (("reward", "MODULE:FACTORY"), ("episode", "MODULE:CLASS")):
         group.addoption(

@@ -200,6 +200,8 @@ class EvidenceReporter:
                 if spec
             },
             "workers": self.info.get("workers", 0),
+            # Cases run at once in this process, its lanes (1: one after another): for the timings.
+            "lanes": self.info.get("lanes", 1),
             # Policy criteria relaxed by name (e2b_relax): every relaxed failure stays a warning.
             "relaxed_policies": sorted(self.settings.relax),
             "contracts": self.info.get("contracts", {}),

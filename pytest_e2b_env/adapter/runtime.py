@@ -207,6 +207,7 @@ class Runtime:
             from pytest_e2b_env.catalog.loader import catalog_hash
 
             facts["catalog_hash"] = catalog_hash(self._cases)
+        facts["lanes"] = self.lanes.width if self.lanes is not None else 1
         if self.lanes is not None and self.lanes.serial:
             facts["serial_kinds"] = dict(self.lanes.serial)  # kind -> why its cases ran in one lane
         return facts

@@ -28,15 +28,31 @@ EXAMPLES = {
 }
 
 
-#: Lanes when neither ``--e2b-lanes`` nor ``e2b_lanes`` is given: cases mostly wait, so they overlap.
-#: On 2 cores the bundled catalog took 28.1-28.5 s in 5 lanes, 31.4-32.2 s in 4 and 28.0-28.5 s in 6
-#: (more CPU: an emulator and hosts each); more cores only favour more lanes.
-DEFAULT_LANES = 5
+#: Lanes per CPU this process may run on when neither ``--e2b-lanes`` nor ``e2b_lanes`` is given:
+#: cases mostly wait, so more lanes than CPUs overlap them, until the CPU they share runs out. The
+#: bundled catalog, three rounds side by side on 2 quiet cores, took 24.5-25.6 s in 5 lanes,
+#: 22.6-23.1 s in 6 and 21.8-22.2 s in 7, for 38.0-38.5 s, 38.4-40.1 s and 40.1-41.1 s of the
+#: machine's CPU (8 lanes 22.9-23.6 s, 9 lanes 24.9-25.0 s); on 1 core (taskset) 53.6 s in 2 lanes,
+#: 46.1 s in 3 and 49.5 s in 4. Three per CPU takes most of the gain for little CPU.
+LANES_PER_CPU = 3
+#: The default's ceiling: beyond it nothing was measured, and the catalog's longest case (about
+#: 16 s of waiting) bounds its wall time however many lanes run.
+DEFAULT_MAX_LANES = 8
 MAX_LANES = 16
 
 
+def default_lanes() -> int:
+    """The lanes a run gets unless told: :data:`LANES_PER_CPU` per usable CPU, at most
+    :data:`DEFAULT_MAX_LANES` (the affinity mask, so ``taskset`` and cpusets count)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity call on this platform
+        cpus = os.cpu_count() or 1
+    return max(1, min(DEFAULT_MAX_LANES, LANES_PER_CPU * cpus))
+
+
 def _lanes(config: pytest.Config) -> int:
-    raw = config.getoption("e2b_lanes") or str(config.getini("e2b_lanes") or "").strip() or DEFAULT_LANES
+    raw = config.getoption("e2b_lanes") or str(config.getini("e2b_lanes") or "").strip() or default_lanes()
     try:
         lanes = int(raw)
     except ValueError:
@@ -66,7 +82,7 @@ class Settings:
     cases_given: bool = False
     worker: str | None = None
     #: Catalog cases run at once, each lane on its own target (1: one after another).
-    lanes: int = DEFAULT_LANES
+    lanes: int = field(default_factory=default_lanes)
     summary: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     #: The user's tasks (``module:attr`` or an absolute .json/.jsonl path) and the repeat count.

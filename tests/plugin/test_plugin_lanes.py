@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from plugin_helpers import CASES, only_bundle, read_json, write_project
+
+from pytest_e2b_env.adapter.settings import default_lanes
 
 
 def _more_cases(pytester: pytest.Pytester, copies: int = 3) -> list[str]:
@@ -37,6 +40,40 @@ def test_lanes_give_the_serial_verdicts_in_the_same_order(pytester: pytest.Pytes
     assert [r[0] for r in _records(pytester, "laned")] == ids
     assert _records(pytester, "laned") == _records(pytester, "serial")
     assert read_json(only_bundle(pytester.path / "laned") / "coverage.json")["complete"]
+    # the manifest says how many cases ran at once, for the timings beside it
+    assert read_json(only_bundle(pytester.path / "serial") / "run-manifest.json")["lanes"] == 1
+    assert read_json(only_bundle(pytester.path / "laned") / "run-manifest.json")["lanes"] == 3
+
+
+@pytest.mark.full
+def test_without_a_lane_count_a_run_takes_three_lanes_per_usable_cpu(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No --e2b-lanes and no e2b_lanes: the lanes follow the CPUs this process may run on (here one)."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    write_project(pytester)
+    _more_cases(pytester)
+    result = pytester.runpytest("--e2b-evidence", "ev")
+    result.assert_outcomes(passed=6)
+    assert read_json(only_bundle(pytester.path / "ev") / "run-manifest.json")["lanes"] == 3
+
+
+@pytest.mark.parametrize(("cpus", "lanes"), [(1, 3), (2, 6), (3, 8), (64, 8)])
+def test_the_default_lane_count_is_three_per_usable_cpu_at_most_eight(
+    monkeypatch: pytest.MonkeyPatch, cpus: int, lanes: int
+) -> None:
+    """The affinity mask decides (taskset, cpusets), not the machine's CPU count."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)))
+    monkeypatch.setattr(os, "cpu_count", lambda: 128)
+    assert default_lanes() == lanes
+
+
+def test_without_an_affinity_call_the_cpu_count_decides(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(os, "sched_getaffinity")
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert default_lanes() == 6
+    monkeypatch.setattr(os, "cpu_count", lambda: None)  # unknown: as one CPU
+    assert default_lanes() == 3
 
 
 @pytest.mark.full
