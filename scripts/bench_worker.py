@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,69 +41,53 @@ from bench_catalog import machine_busy  # noqa: E402
 
 from pytest_e2b_env.emulator import Emulator  # noqa: E402
 from pytest_e2b_env.reward import RewardPool  # noqa: E402
-from pytest_e2b_env.reward.protocol import Payload  # noqa: E402
-from pytest_e2b_env.reward.workers import probe_source  # noqa: E402
 
 TASKS = json.loads((ROOT / "fixtures" / "reward" / "tasks.json").read_text())
-CASES = TASKS["train"][0]["test_cases"]
-PROGRAM = (ROOT / "fixtures" / "reward" / "candidates" / "total_tokens_correct.py").read_bytes()
+#: (input, expected output) as the pool holds them; the expected outputs stay on this side
+CASES = [(case["input"].encode(), case["output"]) for case in TASKS["train"][0]["test_cases"]]
+PROGRAM = (ROOT / "fixtures" / "reward" / "candidates" / "total_tokens_correct.py").read_text()
 COMMANDS = 20
 STEPS = ("create", "install and preflight", "preflight again", "command", "candidate", "kill")
+#: step -> (machine CPU seconds, wall seconds) of each round
+Figures = dict[str, list[tuple[float, float]]]
 
 
-class Steps:
-    """Machine CPU and wall seconds per named step, over every round."""
-
-    def __init__(self) -> None:
-        self.cpu: dict[str, list[float]] = {name: [] for name in STEPS}
-        self.wall: dict[str, list[float]] = {name: [] for name in STEPS}
-        self._name, self.each = "", 1
-
-    def __call__(self, name: str, each: int = 1) -> Steps:
-        """Time step ``name``, done ``each`` times in the block (the figures are per time)."""
-        self._name, self.each = name, each
-        return self
-
-    def __enter__(self) -> None:
-        self._busy, self._started = machine_busy(), time.monotonic()
-
-    def __exit__(self, *exc: object) -> None:
-        self.cpu[self._name].append((machine_busy() - self._busy) / self.each)
-        self.wall[self._name].append((time.monotonic() - self._started) / self.each)
+@contextlib.contextmanager
+def timed(figures: Figures, step: str, each: int = 1) -> Iterator[None]:
+    """Record the machine's CPU and the wall time of the block, per one of its ``each`` repeats."""
+    busy, started = machine_busy(), time.monotonic()
+    yield
+    figures.setdefault(step, []).append(((machine_busy() - busy) / each, (time.monotonic() - started) / each))
 
 
-def check(passed: bool, step: str, answer: dict) -> None:
+def check(passed: bool, step: str, answer: object) -> None:
     """A step whose answer is wrong measured something else: stop with what the runner said."""
     if not passed:
         raise SystemExit(f"bench_worker: step {step!r} got an unexpected answer: {json.dumps(answer)[:2000]}")
 
 
-async def one_life(emu: Emulator, steps: Steps) -> None:
+async def one_life(emu: Emulator, figures: Figures) -> None:
+    """One worker through the pool's own calls: its preflight (checked as the pool checks it), the
+    preflight again on the warm runner, commands, one candidate, the kill."""
     pool = RewardPool(workers=1, create_interval=0, api_opts=emu.sdk_opts())
     client = pool._client
-    with steps("create"):
+    with timed(figures, "create"):
         worker = await client.create()
     try:
-        preflight = Payload("preflight", probe_source(), [], 5.0, pool.limits, pool.isolation)
-        with steps("install and preflight"):
-            answer = await client.install_and_preflight(worker, preflight)
-        check(bool(answer.get("served")) and all(answer["outside"].values()), "install and preflight", answer)
-        again = Payload("preflight", probe_source(), [], 5.0, pool.limits, pool.isolation)
-        with steps("preflight again"):
-            answer = await client.run(worker, again, 30)
+        with timed(figures, "install and preflight"):
+            await pool._preflight(worker)  # raises PreflightError unless every check passed
+        with timed(figures, "preflight again"):
+            answer = await client.run(worker, pool._preflight_payload(), 30)
         check(all(answer["outside"].values()), "preflight again", answer)
-        with steps("command", COMMANDS):
+        with timed(figures, "command", COMMANDS):
             for _ in range(COMMANDS):
                 await worker.sandbox.commands.run("true", user="root")
-        candidate = Payload(
-            "run", PROGRAM, [c["input"].encode() for c in CASES], 2.0, pool.limits, pool.isolation
-        )
-        with steps("candidate"):
-            answer = await client.run(worker, candidate, 30)
+        with timed(figures, "candidate"):
+            answer = await client.run(worker, pool._payload(PROGRAM, CASES), 30)
         exits = [case.get("exit_code") for case in answer.get("cases", [])]
         check(exits == [0] * len(CASES), "candidate", answer)
     finally:
-        with steps("kill"):
+        with timed(figures, "kill"):
             await client.kill(worker.sandbox_id)
 
 
@@ -111,15 +97,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error(f"--rounds {args.rounds}: give 1 or more")
-    steps = Steps()
+    figures: Figures = {}
     with Emulator() as emu:
-        asyncio.run(one_life(emu, Steps()))  # untimed: first imports, the emulator's first sandbox
+        asyncio.run(one_life(emu, {}))  # untimed: first imports, the emulator's first sandbox
         for _ in range(args.rounds):
-            asyncio.run(one_life(emu, steps))
+            asyncio.run(one_life(emu, figures))
         isolation = emu.isolation
     print(f"isolation {isolation}, {args.rounds} rounds; machine CPU and wall, median (each round)")
     for name in STEPS:
-        cpu, wall = steps.cpu[name], steps.wall[name]
+        cpu, wall = (list(column) for column in zip(*figures[name], strict=True))
         rounds = " ".join(f"{x * 1000:.0f}" for x in cpu)
         print(
             f"  {name:22s} {statistics.median(cpu) * 1000:5.0f} ms CPU"

@@ -663,8 +663,12 @@ class RewardPool:
             f"could not create a working worker in 2 attempts: {describe(last)}"
         ) from last
 
+    def _preflight_payload(self) -> Payload:
+        """The preflight request: the probe run as a candidate, under this pool's limits and isolation."""
+        return Payload("preflight", probe_source(), [], 5.0, self.limits, self.isolation)
+
     async def _preflight(self, worker: Worker) -> None:
-        payload = Payload("preflight", probe_source(), [], 5.0, self.limits, self.isolation)
+        payload = self._preflight_payload()
         started = time.monotonic()
         try:
             answer = await self._client.install_and_preflight(worker, payload)
